@@ -1,0 +1,62 @@
+// Command muster-server is the Muster control plane: flags here, everything
+// else in internal/.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/component-base/cli"
+
+	"github.com/muster-io/muster/internal/bootstrap"
+	"github.com/muster-io/muster/internal/server"
+)
+
+func main() {
+	os.Exit(cli.Run(newRootCommand()))
+}
+
+func newRootCommand() *cobra.Command {
+	cfg := server.Config{}
+	cmd := &cobra.Command{
+		Use:   "muster-server",
+		Short: "Muster registers machines and clusters and drives their lifecycle",
+		Long: `muster-server serves the muster.io API. With no flags it keeps its state in
+SQLite in its data dir, and on first start generates a CA, a serving
+certificate, a server token and an admin kubeconfig there.`,
+		SilenceUsage: true,
+		Args:         cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return server.Run(genericapiserver.SetupSignalContext(), cfg)
+		},
+	}
+	f := cmd.PersistentFlags()
+	f.StringVar(&cfg.DataDir, "data-dir", server.DefaultDataDir(), "directory for the database, certificates, token and admin kubeconfig")
+	fl := cmd.Flags()
+	fl.IntVar(&cfg.HTTPSPort, "https-port", 9443, "HTTPS port of the API")
+	fl.StringVar(&cfg.BindAddress, "bind-address", "0.0.0.0", "address the API listens on")
+	fl.StringVar(&cfg.AdvertiseAddress, "advertise-address", "", "address agents and other servers use to reach this server (default: the first non-loopback IPv4)")
+	fl.StringSliceVar(&cfg.TLSSANs, "tls-san", nil, "extra DNS name or IP for the serving certificate (repeatable)")
+	fl.StringVar(&cfg.DatastoreEndpoint, "datastore-endpoint", "", "datastore: empty for SQLite in the data dir, postgres://user:pass@host:port/db, or http(s)://etcd:2379")
+
+	cmd.AddCommand(newKubeconfigCommand(&cfg))
+	return cmd
+}
+
+func newKubeconfigCommand(cfg *server.Config) *cobra.Command {
+	return &cobra.Command{
+		Use:   "kubeconfig",
+		Short: "Print the admin kubeconfig of this server's data dir",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := bootstrap.ReadAdminKubeconfig(cfg.DataDir)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprint(cmd.OutOrStdout(), string(b))
+			return err
+		},
+	}
+}

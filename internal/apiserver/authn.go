@@ -1,0 +1,31 @@
+package apiserver
+
+import (
+	apiserverapi "k8s.io/apiserver/pkg/apis/apiserver"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/request/anonymous"
+	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
+	"k8s.io/apiserver/pkg/authentication/request/union"
+	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+)
+
+// newAuthenticator accepts, in order: client certificates signed by the
+// cluster CA (CN is the user, O the groups), bearer tokens that tokens
+// recognises (join tokens), and anonymous requests only on the public paths,
+// so that an unauthenticated request anywhere else is a 401, not a 403.
+func newAuthenticator(clientCA dynamiccertificates.CAContentProvider, tokens authenticator.Token) authenticator.Request {
+	authenticators := []authenticator.Request{
+		x509request.NewDynamic(clientCA.VerifyOptions, x509request.CommonNameUserConversion),
+	}
+	if tokens != nil {
+		authenticators = append(authenticators, bearertoken.New(tokens))
+	}
+	var conditions []apiserverapi.AnonymousAuthCondition
+	for _, p := range publicPaths {
+		conditions = append(conditions, apiserverapi.AnonymousAuthCondition{Path: p})
+	}
+	// A union fails over to the next authenticator on "not mine"; the
+	// anonymous one answers only for the listed paths.
+	return union.NewFailOnError(union.New(authenticators...), anonymous.NewAuthenticator(conditions))
+}

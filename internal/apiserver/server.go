@@ -1,0 +1,139 @@
+// Package apiserver wires the muster.io API group into a k8s.io/apiserver
+// GenericAPIServer that runs on its own: no kube-apiserver behind it, so it
+// brings its own authentication (client certificates and join tokens), its
+// own authorizer, and no priority-and-fairness or admission chain.
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
+	"k8s.io/apiserver/pkg/registry/rest"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/util/compatibility"
+	clientrest "k8s.io/client-go/rest"
+
+	"github.com/muster-io/muster/internal/generated/openapi"
+	"github.com/muster-io/muster/internal/registry"
+	"github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
+
+// etcdPrefix is where every muster.io object lives in the key space.
+const etcdPrefix = "/registry/muster.io"
+
+// Config is everything the API server needs from the rest of muster-server.
+type Config struct {
+	// BindAddress and Port are where HTTPS is served.
+	BindAddress net.IP
+	Port        int
+	// ServingCertFile and ServingKeyFile are the server's TLS identity.
+	ServingCertFile, ServingKeyFile string
+	// ClientCAFile holds the CA that signs admin and agent client certificates.
+	ClientCAFile string
+	// CABundle is what /cacerts serves: the exact bytes whose SHA-256 join tokens pin.
+	CABundle []byte
+	// Storage is how the etcd3 storage reaches the datastore (kine or etcd).
+	Storage storagebackend.TransportConfig
+	// CompactionInterval is the apiserver's own compaction; zero when kine compacts.
+	CompactionInterval time.Duration
+	// Tokens authenticates bearer tokens (join tokens); nil accepts none.
+	Tokens authenticator.Token
+	// AuthorizationRules are consulted after the built-in rules (admins, public paths).
+	AuthorizationRules []authorizer.Authorizer
+}
+
+// Server is a prepared API server.
+type Server struct {
+	generic *genericapiserver.GenericAPIServer
+}
+
+// New builds the API server; nothing listens until Run.
+func New(cfg Config) (*Server, error) {
+	rc := genericapiserver.NewRecommendedConfig(Codecs)
+	rc.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
+	// Priority and fairness needs kube-apiserver's flowcontrol API; the
+	// max-in-flight limits stand in for it.
+	rc.FlowControl = nil
+
+	serving := genericoptions.NewSecureServingOptions()
+	serving.BindAddress = cfg.BindAddress
+	serving.BindPort = cfg.Port
+	serving.ServerCert.CertKey.CertFile = cfg.ServingCertFile
+	serving.ServerCert.CertKey.KeyFile = cfg.ServingKeyFile
+	if err := serving.WithLoopback().ApplyTo(&rc.SecureServing, &rc.LoopbackClientConfig); err != nil {
+		return nil, fmt.Errorf("serving HTTPS on %s:%d: %w (is another process using the port? choose one with --https-port)", cfg.BindAddress, cfg.Port, err)
+	}
+
+	clientCA, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", cfg.ClientCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("loading client CA %s: %w", cfg.ClientCAFile, err)
+	}
+	if err := rc.Authentication.ApplyClientCert(clientCA, rc.SecureServing); err != nil {
+		return nil, fmt.Errorf("configuring client certificates: %w", err)
+	}
+	rc.Authentication.Authenticator = newAuthenticator(clientCA, cfg.Tokens)
+	rc.Authorization.Authorizer = Authorizer{Rules: cfg.AuthorizationRules}
+	// The loopback client (controllers inside this process) authenticates as a
+	// privileged user with a random token that never leaves the process.
+	genericapiserver.AuthorizeClientBearerToken(rc.LoopbackClientConfig, &rc.Authentication, &rc.Authorization)
+
+	etcd := genericoptions.NewEtcdOptions(storagebackend.NewDefaultConfig(etcdPrefix, Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)))
+	etcd.StorageConfig.Transport = cfg.Storage
+	etcd.StorageConfig.CompactionInterval = cfg.CompactionInterval
+	// The muster.io types have no protobuf encoding.
+	etcd.DefaultStorageMediaType = "application/json"
+	if err := etcd.ApplyTo(&rc.Config); err != nil {
+		return nil, fmt.Errorf("configuring storage: %w", err)
+	}
+
+	namer := openapinamer.NewDefinitionNamer(externalScheme)
+	rc.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(openapi.GetOpenAPIDefinitions, namer)
+	rc.OpenAPIConfig.Info.Title = "Muster"
+	rc.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(openapi.GetOpenAPIDefinitions, namer)
+	rc.OpenAPIV3Config.Info.Title = "Muster"
+
+	generic, err := rc.Complete().New("muster-server", genericapiserver.NewEmptyDelegate())
+	if err != nil {
+		return nil, fmt.Errorf("building the API server: %w", err)
+	}
+
+	storages, err := registry.All(Scheme, rc.RESTOptionsGetter)
+	if err != nil {
+		return nil, err
+	}
+	group := genericapiserver.NewDefaultAPIGroupInfo(v1alpha1.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
+	resources := map[string]rest.Storage{}
+	for _, s := range storages {
+		resources[s.Resource] = s.Main
+		resources[s.Resource+"/status"] = s.Status
+	}
+	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = resources
+	if err := generic.InstallAPIGroup(&group); err != nil {
+		return nil, fmt.Errorf("installing the muster.io API: %w", err)
+	}
+
+	caBundle := cfg.CABundle
+	generic.Handler.NonGoRestfulMux.HandleFunc("/cacerts", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/x-pem-file")
+		_, _ = w.Write(caBundle)
+	})
+	return &Server{generic: generic}, nil
+}
+
+// Run serves until ctx is done, then shuts down gracefully and returns.
+func (s *Server) Run(ctx context.Context) error {
+	return s.generic.PrepareRun().RunWithContext(ctx)
+}
+
+// LoopbackConfig is a privileged client config for controllers in this process.
+func (s *Server) LoopbackConfig() *clientrest.Config { return s.generic.LoopbackClientConfig }

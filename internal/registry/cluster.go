@@ -1,0 +1,43 @@
+package registry
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/muster-io/muster/internal/fsm"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
+
+// Cluster is the storage description of clusters.
+var Cluster = Kind[*api.Cluster]{
+	Resource:   "clusters",
+	Singular:   "cluster",
+	ShortNames: []string{"mcl"},
+	New:        func() *api.Cluster { return &api.Cluster{} },
+	NewList:    func() runtime.Object { return &api.ClusterList{} },
+	Fields:     api.ClusterFields,
+	Lifecycle:  fsm.Cluster,
+	Validate: func(c *api.Cluster) field.ErrorList {
+		spec := field.NewPath("spec")
+		errs := validateMaxLen(c.Spec.DisplayName, 256, spec.Child("displayName"))
+		if c.Spec.ClientID != "" {
+			errs = append(errs, validateIdentifier(c.Spec.ClientID, spec.Child("clientID"))...)
+		}
+		return errs
+	},
+	ValidateUpdate: func(c, old *api.Cluster) field.ErrorList {
+		if old.Spec.ClientID == "" {
+			return nil
+		}
+		return validateImmutable(c.Spec.ClientID, old.Spec.ClientID, field.NewPath("spec", "clientID"))
+	},
+	Columns: []metav1.TableColumnDefinition{
+		{Name: "Phase", Type: "string", Description: "Lifecycle state of the cluster."},
+		{Name: "Machines", Type: "integer", Description: "Machines in the cluster."},
+		{Name: "Ready", Type: "integer", Description: "Machines that are Running."},
+	},
+	Cells: func(c *api.Cluster) []interface{} {
+		return []interface{}{string(c.Status.Phase), c.Status.Machines, c.Status.ReadyMachines}
+	},
+}

@@ -1,0 +1,76 @@
+package registry
+
+import (
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/muster-io/muster/internal/fsm"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
+
+var planStates = map[api.PlanState]bool{
+	"": true, api.PlanStatePending: true, api.PlanStateInProgress: true, api.PlanStateSucceeded: true, api.PlanStateFailed: true,
+}
+
+var addressTypes = map[api.MachineAddressType]bool{
+	api.MachineHostName: true, api.MachineInternalIP: true, api.MachineExternalIP: true,
+}
+
+// Machine is the storage description of machines.
+var Machine = Kind[*api.Machine]{
+	Resource:   "machines",
+	Singular:   "machine",
+	ShortNames: []string{"ma", "mach"},
+	New:        func() *api.Machine { return &api.Machine{} },
+	NewList:    func() runtime.Object { return &api.MachineList{} },
+	Fields:     api.MachineFields,
+	Lifecycle:  fsm.Machine,
+	Validate: func(m *api.Machine) field.ErrorList {
+		spec := field.NewPath("spec")
+		errs := validateDNSSubdomain(m.Spec.Cluster, spec.Child("cluster"), true)
+		errs = append(errs, validateDNSSubdomain(m.Spec.NodeName, spec.Child("nodeName"), false)...)
+		errs = append(errs, validateRoles(m.Spec.Roles, spec.Child("roles"))...)
+		if m.Spec.ClientID != "" {
+			errs = append(errs, validateIdentifier(m.Spec.ClientID, spec.Child("clientID"))...)
+		}
+		return append(errs, validateMaxLen(m.Spec.Driver, 63, spec.Child("driver"))...)
+	},
+	ValidateUpdate: func(m, old *api.Machine) field.ErrorList {
+		spec := field.NewPath("spec")
+		errs := validateImmutable(m.Spec.Cluster, old.Spec.Cluster, spec.Child("cluster"))
+		errs = append(errs, validateImmutable(m.Spec.NodeName, old.Spec.NodeName, spec.Child("nodeName"))...)
+		return append(errs, validateImmutable(m.Spec.Driver, old.Spec.Driver, spec.Child("driver"))...)
+	},
+	ValidateStatus: func(m, _ *api.Machine) field.ErrorList {
+		status := field.NewPath("status")
+		var errs field.ErrorList
+		if !planStates[m.Status.PlanState] {
+			errs = append(errs, field.NotSupported(status.Child("planState"), m.Status.PlanState,
+				[]string{"pending", "in-progress", "succeeded", "failed"}))
+		}
+		for i, a := range m.Status.Addresses {
+			if !addressTypes[a.Type] {
+				errs = append(errs, field.NotSupported(status.Child("addresses").Index(i).Child("type"), a.Type,
+					[]string{"Hostname", "InternalIP", "ExternalIP"}))
+			}
+		}
+		return append(errs, validateMaxLen(m.Status.Message, 4096, status.Child("message"))...)
+	},
+	Columns: []metav1.TableColumnDefinition{
+		{Name: "Cluster", Type: "string", Description: "Cluster the machine belongs to."},
+		{Name: "Phase", Type: "string", Description: "Lifecycle state of the machine."},
+		{Name: "Plan", Type: "string", Description: "State of the machine's plan."},
+		{Name: "Roles", Type: "string", Description: "Roles of the machine."},
+		{Name: "Last-Seen", Type: "string", Description: "When the agent was last known to be connected."},
+	},
+	Cells: func(m *api.Machine) []interface{} {
+		roles := strings.Join(m.Spec.Roles, ",")
+		if roles == "" {
+			roles = "<none>"
+		}
+		return []interface{}{m.Spec.Cluster, string(m.Status.Phase), string(m.Status.PlanState), roles, since(m.Status.LastSeen)}
+	},
+}

@@ -1,0 +1,48 @@
+package registry
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/muster-io/muster/internal/fsm"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
+
+// maxCSRBytes bounds a registration's CSR: an ECDSA or RSA-4096 CSR is well under it.
+const maxCSRBytes = 8 << 10
+
+// ClusterRegistration is the storage description of registration requests.
+var ClusterRegistration = Kind[*api.ClusterRegistration]{
+	Resource:   "clusterregistrations",
+	Singular:   "clusterregistration",
+	ShortNames: []string{"creg"},
+	New:        func() *api.ClusterRegistration { return &api.ClusterRegistration{} },
+	NewList:    func() runtime.Object { return &api.ClusterRegistrationList{} },
+	Fields:     api.ClusterRegistrationFields,
+	Lifecycle:  fsm.Registration,
+	Validate: func(r *api.ClusterRegistration) field.ErrorList {
+		spec := field.NewPath("spec")
+		errs := validateIdentifier(r.Spec.ClientID, spec.Child("clientID"))
+		errs = append(errs, validateIdentifier(r.Spec.ClientRandom, spec.Child("clientRandom"))...)
+		errs = append(errs, validateDNSSubdomain(r.Spec.NodeName, spec.Child("nodeName"), true)...)
+		errs = append(errs, validateLabels(r.Spec.Labels, spec.Child("labels"))...)
+		errs = append(errs, validateRoles(r.Spec.Roles, spec.Child("roles"))...)
+		if len(r.Spec.CSR) > maxCSRBytes {
+			errs = append(errs, field.TooLong(spec.Child("csr"), "", maxCSRBytes))
+		}
+		return errs
+	},
+	ValidateUpdate: func(r, old *api.ClusterRegistration) field.ErrorList {
+		return validateImmutable(r.Spec, old.Spec, field.NewPath("spec"))
+	},
+	Columns: []metav1.TableColumnDefinition{
+		{Name: "Phase", Type: "string", Description: "Pending, Approved, Granted, Denied or Expired."},
+		{Name: "Node", Type: "string", Description: "Node name the agent asked for."},
+		{Name: "Cluster", Type: "string", Description: "Cluster the machine joined."},
+		{Name: "Machine", Type: "string", Description: "Machine created for the agent."},
+	},
+	Cells: func(r *api.ClusterRegistration) []interface{} {
+		return []interface{}{string(r.Status.Phase), r.Spec.NodeName, r.Status.Cluster, r.Status.Machine}
+	},
+}

@@ -1,0 +1,28 @@
+package registry
+
+import (
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/registry/generic"
+)
+
+// All builds the storage of every muster.io kind.
+func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter) ([]*Storage, error) {
+	builders := []func() (*Storage, error){
+		func() (*Storage, error) { return NewStorage(Cluster, typer, optsGetter) },
+		func() (*Storage, error) { return NewStorage(ClusterRegistrationToken, typer, optsGetter) },
+		func() (*Storage, error) { return NewStorage(ClusterRegistration, typer, optsGetter) },
+		func() (*Storage, error) { return NewStorage(Machine, typer, optsGetter) },
+		func() (*Storage, error) { return NewStorage(MachinePlan, typer, optsGetter) },
+		func() (*Storage, error) { return NewStorage(NodePassword, typer, optsGetter) },
+		func() (*Storage, error) { return NewStorage(ServerEndpoint, typer, optsGetter) },
+	}
+	var all []*Storage
+	for _, build := range builders {
+		s, err := build()
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, s)
+	}
+	return all, nil
+}

@@ -1,0 +1,171 @@
+package registry
+
+import (
+	"context"
+	"reflect"
+	"strings"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/storage/names"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
+
+// strategy is the create/update/delete strategy of a kind's main resource:
+// clients write spec and metadata; status is kept as stored.
+type strategy struct {
+	runtime.ObjectTyper
+	names.NameGenerator
+	kind kindInfo
+}
+
+// statusStrategy is the update strategy of the status subresource: clients
+// write status; spec and metadata are kept as stored.
+type statusStrategy struct {
+	strategy
+}
+
+func (strategy) NamespaceScoped() bool                          { return false }
+func (strategy) AllowCreateOnUpdate(context.Context) bool       { return false }
+func (strategy) AllowUnconditionalUpdate(context.Context) bool  { return true }
+func (strategy) Canonicalize(runtime.Object)                    {}
+func (strategy) WarningsOnCreate(context.Context, runtime.Object) []string { return nil }
+func (strategy) WarningsOnUpdate(context.Context, runtime.Object, runtime.Object) []string {
+	return nil
+}
+
+// GetResetFields tells server-side apply that status is not the main
+// resource's to set, so managed fields stay truthful.
+func (s strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return map[fieldpath.APIVersion]*fieldpath.Set{
+		fieldpath.APIVersion(v1alpha1.SchemeGroupVersion.String()): fieldpath.NewSet(fieldpath.MakePathOrDie("status")),
+	}
+}
+
+func (s strategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
+	// Status is the server's: whatever a client sent is dropped, and a kind
+	// with a lifecycle starts in its state machine's initial state.
+	setField(obj, "Status", reflect.Zero(field_(obj, "Status").Type()))
+	if s.kind.lifecycle != nil {
+		setPhase(obj, s.kind.lifecycle.Initial())
+	}
+	mustAccessor(obj).SetGeneration(1)
+	if s.kind.prepare != nil {
+		s.kind.prepare(obj, nil)
+	}
+}
+
+func (s strategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
+	setField(obj, "Status", field_(old, "Status"))
+	if !apiequality.Semantic.DeepEqual(field_(obj, "Spec").Interface(), field_(old, "Spec").Interface()) {
+		mustAccessor(obj).SetGeneration(mustAccessor(old).GetGeneration() + 1)
+	}
+	if s.kind.prepare != nil {
+		s.kind.prepare(obj, old)
+	}
+}
+
+func (s strategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
+	errs := apimachineryvalidation.ValidateObjectMetaAccessor(mustAccessor(obj), false,
+		apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+	if s.kind.validate != nil {
+		errs = append(errs, s.kind.validate(obj)...)
+	}
+	return errs
+}
+
+func (s strategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
+	errs := apimachineryvalidation.ValidateObjectMetaAccessorUpdate(mustAccessor(obj), mustAccessor(old), field.NewPath("metadata"))
+	errs = append(errs, s.Validate(ctx, obj)...)
+	if s.kind.validateUpdate != nil {
+		errs = append(errs, s.kind.validateUpdate(obj, old)...)
+	}
+	return errs
+}
+
+func (s statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return map[fieldpath.APIVersion]*fieldpath.Set{
+		fieldpath.APIVersion(v1alpha1.SchemeGroupVersion.String()): fieldpath.NewSet(
+			fieldpath.MakePathOrDie("spec"), fieldpath.MakePathOrDie("metadata", "labels"),
+			fieldpath.MakePathOrDie("metadata", "annotations")),
+	}
+}
+
+func (s statusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
+	setField(obj, "Spec", field_(old, "Spec"))
+	metav1.ResetObjectMetaForStatus(mustAccessor(obj), mustAccessor(old))
+	if s.kind.lifecycle == nil {
+		return
+	}
+	// The history is the server's to write: keep the stored one and append
+	// the record of this change when it is a legal event. An illegal change
+	// is left as sent for ValidateUpdate to refuse with the reason.
+	transitions := getTransitions(old)
+	from, to := phase(old), phase(obj)
+	if event, err := s.kind.lifecycle.EventFor(from, to); err == nil && event != "" {
+		transitions = appendTransition(transitions, v1alpha1.Transition{
+			From: from, To: to, Event: event, Reason: reason(obj), Time: nowFunc(),
+		})
+	}
+	setField(obj, "Status.Transitions", reflect.ValueOf(transitions))
+}
+
+func (s statusStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
+	errs := apimachineryvalidation.ValidateObjectMetaAccessorUpdate(mustAccessor(obj), mustAccessor(old), field.NewPath("metadata"))
+	if s.kind.lifecycle != nil {
+		if _, err := s.kind.lifecycle.EventFor(phase(old), phase(obj)); err != nil {
+			errs = append(errs, field.Invalid(field.NewPath("status", "phase"), phase(obj), err.Error()))
+		}
+	}
+	if s.kind.validateStatus != nil {
+		errs = append(errs, s.kind.validateStatus(obj, old)...)
+	}
+	return errs
+}
+
+// appendTransition adds rec and drops the oldest records past the bound.
+func appendTransition(list []v1alpha1.Transition, rec v1alpha1.Transition) []v1alpha1.Transition {
+	list = append(list, rec)
+	if over := len(list) - v1alpha1.MaxTransitions; over > 0 {
+		list = append([]v1alpha1.Transition(nil), list[over:]...)
+	}
+	return list
+}
+
+func mustAccessor(obj runtime.Object) metav1.Object {
+	return obj.(metav1.Object)
+}
+
+// The muster.io types share their shape (Spec, Status, and for lifecycle
+// kinds Status.Phase/Reason/Transitions) by convention, checked for every
+// kind in the tests; reflection lets one strategy serve them all.
+
+func field_(obj runtime.Object, path string) reflect.Value {
+	v := reflect.ValueOf(obj).Elem()
+	for _, name := range strings.Split(path, ".") {
+		v = v.FieldByName(name)
+		if !v.IsValid() {
+			panic("registry: " + reflect.TypeOf(obj).String() + " has no field " + path)
+		}
+	}
+	return v
+}
+
+func setField(obj runtime.Object, path string, value reflect.Value) {
+	f := field_(obj, path)
+	f.Set(value.Convert(f.Type()))
+}
+
+func phase(obj runtime.Object) string  { return field_(obj, "Status.Phase").String() }
+func reason(obj runtime.Object) string { return field_(obj, "Status.Reason").String() }
+
+func setPhase(obj runtime.Object, p string) { setField(obj, "Status.Phase", reflect.ValueOf(p)) }
+
+func getTransitions(obj runtime.Object) []v1alpha1.Transition {
+	return field_(obj, "Status.Transitions").Interface().([]v1alpha1.Transition)
+}

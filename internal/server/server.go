@@ -1,0 +1,88 @@
+// Package server runs muster-server: it prepares the data dir, opens the
+// datastore, serves the API, and shuts them down in the reverse order.
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+
+	"k8s.io/klog/v2"
+
+	"github.com/muster-io/muster/internal/apiserver"
+	"github.com/muster-io/muster/internal/bootstrap"
+	"github.com/muster-io/muster/internal/store"
+)
+
+// Config is muster-server's configuration, one field per flag.
+type Config struct {
+	// DataDir holds the SQLite database, certificates, token and admin kubeconfig.
+	DataDir string
+	// BindAddress is the address HTTPS listens on.
+	BindAddress string
+	// AdvertiseAddress is the address agents and other servers use to reach this one.
+	AdvertiseAddress string
+	// HTTPSPort is the HTTPS port.
+	HTTPSPort int
+	// TLSSANs are extra names and IPs for the serving certificate.
+	TLSSANs []string
+	// DatastoreEndpoint selects the datastore: empty for SQLite in DataDir,
+	// postgres:// for PostgreSQL, http(s):// for an external etcd.
+	DatastoreEndpoint string
+}
+
+// DefaultDataDir is /var/lib/muster/server for root, ./muster-data otherwise,
+// like k3s's split between system and rootless installs.
+func DefaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/muster/server"
+	}
+	return "muster-data"
+}
+
+// Run serves until ctx is cancelled. The API server stops first, so that no
+// request is left half-written, and the datastore after it.
+func Run(ctx context.Context, cfg Config) error {
+	bind := net.ParseIP(cfg.BindAddress)
+	if bind == nil {
+		return fmt.Errorf("--bind-address %q is not an IP address: give one such as 0.0.0.0 or 127.0.0.1", cfg.BindAddress)
+	}
+	state, err := bootstrap.Ensure(bootstrap.Config{
+		DataDir:          cfg.DataDir,
+		AdvertiseAddress: cfg.AdvertiseAddress,
+		BindAddress:      cfg.BindAddress,
+		HTTPSPort:        cfg.HTTPSPort,
+		TLSSANs:          cfg.TLSSANs,
+	})
+	if err != nil {
+		return err
+	}
+
+	ds, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, Endpoint: cfg.DatastoreEndpoint})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := ds.Close(); err != nil {
+			klog.ErrorS(err, "Closing the datastore")
+		}
+	}()
+
+	api, err := apiserver.New(apiserver.Config{
+		BindAddress:        bind,
+		Port:               cfg.HTTPSPort,
+		ServingCertFile:    state.Files.ServingCert,
+		ServingKeyFile:     state.Files.ServingKey,
+		ClientCAFile:       state.Files.CACert,
+		CABundle:           state.CA.CertPEM,
+		Storage:            ds.Transport(),
+		CompactionInterval: store.APIServerCompactionInterval,
+	})
+	if err != nil {
+		return err
+	}
+	klog.InfoS("muster-server starting", "dataDir", cfg.DataDir, "datastore", ds.Backend(),
+		"https", net.JoinHostPort(cfg.BindAddress, fmt.Sprint(cfg.HTTPSPort)), "adminKubeconfig", state.Files.AdminKubeconfig)
+	return api.Run(ctx)
+}

@@ -1,0 +1,53 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// GroupName is the API group every Muster kind belongs to.
+const GroupName = "muster.io"
+
+// SchemeGroupVersion is the group and version of this package's types.
+var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha1"}
+
+// Resource qualifies a resource name with this package's group.
+func Resource(resource string) schema.GroupResource {
+	return SchemeGroupVersion.WithResource(resource).GroupResource()
+}
+
+var (
+	// SchemeBuilder registers this version's types; AddToScheme applies it.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
+	AddToScheme   = SchemeBuilder.AddToScheme
+)
+
+// knownTypes lists every kind and its list; kept in one place so that the
+// internal-version registration in the server cannot drift from it.
+func knownTypes() []runtime.Object {
+	return []runtime.Object{
+		&Cluster{}, &ClusterList{},
+		&ClusterRegistrationToken{}, &ClusterRegistrationTokenList{},
+		&ClusterRegistration{}, &ClusterRegistrationList{},
+		&Machine{}, &MachineList{},
+		&MachinePlan{}, &MachinePlanList{},
+		&NodePassword{}, &NodePasswordList{},
+		&ServerEndpoint{}, &ServerEndpointList{},
+	}
+}
+
+func addKnownTypes(scheme *runtime.Scheme) error {
+	scheme.AddKnownTypes(SchemeGroupVersion, knownTypes()...)
+	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
+	return addFieldLabelConversions(scheme)
+}
+
+// AddToSchemeAsInternal registers the same Go types as the group's internal
+// version, which the apiserver's storage machinery requires. One Go type for
+// both versions means no conversion functions while v1alpha1 is the only version.
+func AddToSchemeAsInternal(scheme *runtime.Scheme) error {
+	internal := schema.GroupVersion{Group: GroupName, Version: runtime.APIVersionInternal}
+	scheme.AddKnownTypes(internal, knownTypes()...)
+	return nil
+}

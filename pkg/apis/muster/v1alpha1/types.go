@@ -1,0 +1,734 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Transition records one legal state change of an object's lifecycle state
+// machine. The server appends it; clients cannot write or rewrite it.
+type Transition struct {
+	// From is the phase the object left.
+	From string `json:"from"`
+	// To is the phase the object entered.
+	To string `json:"to"`
+	// Event is the state-machine event that took the object from From to To,
+	// for example "approve" or "plan-applied".
+	Event string `json:"event"`
+	// Reason is the machine-readable reason the writer gave for the change
+	// (status.reason at the time of the transition), if any.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Time is when the server accepted the transition.
+	Time metav1.Time `json:"time"`
+}
+
+// MaxTransitions bounds status.transitions: the oldest records are dropped first.
+const MaxTransitions = 20
+
+// ---------------------------------------------------------------- Cluster
+
+// ClusterPhase is the lifecycle state of a Cluster.
+type ClusterPhase string
+
+// Cluster phases; the legal moves between them are defined in internal/fsm.
+const (
+	ClusterPhasePending     ClusterPhase = "Pending"
+	ClusterPhaseWaitCheckIn ClusterPhase = "WaitCheckIn"
+	ClusterPhaseActive      ClusterPhase = "Active"
+	ClusterPhaseDegraded    ClusterPhase = "Degraded"
+	ClusterPhaseDeleting    ClusterPhase = "Deleting"
+)
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// Cluster is a group of machines, like a Fleet Cluster. Operators create
+// clusters up front; an agent joining with a token not bound to any cluster
+// gets one created for it, named from a hash of its clientID.
+type Cluster struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is what the operator wants of the cluster.
+	// +optional
+	Spec ClusterSpec `json:"spec,omitempty"`
+	// Status is what the server observed; written only through the status subresource.
+	// +optional
+	Status ClusterStatus `json:"status,omitempty"`
+}
+
+// ClusterSpec is the desired state of a Cluster.
+type ClusterSpec struct {
+	// DisplayName is a human-friendly name shown by tools; metadata.name stays the identity.
+	// +optional
+	DisplayName string `json:"displayName,omitempty"`
+	// ClientID is set when an agent's join created this cluster: the clientID of
+	// that agent. Empty for clusters an operator created. Immutable once set.
+	// +optional
+	ClientID string `json:"clientID,omitempty"`
+}
+
+// ClusterStatus is the observed state of a Cluster.
+type ClusterStatus struct {
+	// Phase is the cluster's lifecycle state: Pending, WaitCheckIn (no agent has
+	// checked in yet), Active, Degraded (a machine is Unavailable or Failed) or Deleting.
+	// +optional
+	Phase ClusterPhase `json:"phase,omitempty"`
+	// Reason is a short CamelCase reason for the current phase, recorded with the transition into it.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message is a human-readable explanation of the current phase.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Machines is the number of machines in this cluster.
+	// +optional
+	Machines int32 `json:"machines,omitempty"`
+	// ReadyMachines is the number of this cluster's machines that are Running.
+	// +optional
+	ReadyMachines int32 `json:"readyMachines,omitempty"`
+	// Transitions is the bounded history of phase changes, oldest first.
+	// +optional
+	// +listType=atomic
+	Transitions []Transition `json:"transitions,omitempty"`
+	// Conditions are the latest observations of the cluster's state.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ClusterList is a list of Clusters.
+type ClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the clusters.
+	Items []Cluster `json:"items"`
+}
+
+// ------------------------------------------------ ClusterRegistrationToken
+
+// TokenPhase is the lifecycle state of a ClusterRegistrationToken.
+type TokenPhase string
+
+// Token phases; the legal moves between them are defined in internal/fsm.
+const (
+	TokenPhaseActive  TokenPhase = "Active"
+	TokenPhaseExpired TokenPhase = "Expired"
+	TokenPhaseRevoked TokenPhase = "Revoked"
+)
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ClusterRegistrationToken is a join token. Its name is the token ID; the
+// secret half is shown once when the token is created and only its hash is
+// stored. The full join token is `K10<sha256 of the server CA>::<name>.<secret>`.
+type ClusterRegistrationToken struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata. The name is the token ID (6–32 lowercase letters and digits).
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is what the operator wants of the token.
+	// +optional
+	Spec ClusterRegistrationTokenSpec `json:"spec,omitempty"`
+	// Status is what the server observed; written only through the status subresource.
+	// +optional
+	Status ClusterRegistrationTokenStatus `json:"status,omitempty"`
+}
+
+// ClusterRegistrationTokenSpec is the desired state of a join token.
+type ClusterRegistrationTokenSpec struct {
+	// TTL is how long after creation the token may be used; empty means it never expires.
+	// +optional
+	TTL *metav1.Duration `json:"ttl,omitempty"`
+	// Cluster binds the token to one existing Cluster: machines joining with it
+	// land there. Empty means each joining agent gets a cluster of its own.
+	// +optional
+	Cluster string `json:"cluster,omitempty"`
+	// ManualApproval makes every registration with this token wait in Pending
+	// until an operator approves it.
+	// +optional
+	ManualApproval bool `json:"manualApproval,omitempty"`
+	// SecretHash is the hash of the token's secret half, in the form
+	// "<algorithm>$<hex>". The secret itself is never stored. Immutable.
+	SecretHash string `json:"secretHash"`
+	// Description says what the token is for.
+	// +optional
+	Description string `json:"description,omitempty"`
+}
+
+// ClusterRegistrationTokenStatus is the observed state of a join token.
+type ClusterRegistrationTokenStatus struct {
+	// Phase is Active, Expired (its TTL passed) or Revoked (an operator revoked it).
+	// +optional
+	Phase TokenPhase `json:"phase,omitempty"`
+	// Reason is a short CamelCase reason for the current phase.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// ExpiresAt is creation time plus TTL; empty for a token that never expires.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+	// Registrations counts the registrations accepted with this token.
+	// +optional
+	Registrations int32 `json:"registrations,omitempty"`
+	// LastUsed is when the token last authenticated a registration.
+	// +optional
+	LastUsed *metav1.Time `json:"lastUsed,omitempty"`
+	// Transitions is the bounded history of phase changes, oldest first.
+	// +optional
+	// +listType=atomic
+	Transitions []Transition `json:"transitions,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ClusterRegistrationTokenList is a list of ClusterRegistrationTokens.
+type ClusterRegistrationTokenList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the tokens.
+	Items []ClusterRegistrationToken `json:"items"`
+}
+
+// ----------------------------------------------------- ClusterRegistration
+
+// RegistrationPhase is the lifecycle state of a ClusterRegistration.
+type RegistrationPhase string
+
+// Registration phases; the legal moves between them are defined in internal/fsm.
+const (
+	RegistrationPhasePending  RegistrationPhase = "Pending"
+	RegistrationPhaseApproved RegistrationPhase = "Approved"
+	RegistrationPhaseGranted  RegistrationPhase = "Granted"
+	RegistrationPhaseDenied   RegistrationPhase = "Denied"
+	RegistrationPhaseExpired  RegistrationPhase = "Expired"
+)
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ClusterRegistration is an agent's request to join, made with a join token
+// (Fleet's registration request). Its name is derived from clientID and
+// clientRandom, so a retried request finds the one it already made.
+type ClusterRegistration struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is what the agent asked for. Immutable.
+	// +optional
+	Spec ClusterRegistrationSpec `json:"spec,omitempty"`
+	// Status is the server's answer; written only through the status subresource.
+	// +optional
+	Status ClusterRegistrationStatus `json:"status,omitempty"`
+}
+
+// ClusterRegistrationSpec is an agent's registration request.
+type ClusterRegistrationSpec struct {
+	// ClientID is the agent's stable random identity, kept in its data dir.
+	ClientID string `json:"clientID"`
+	// ClientRandom is fresh for every registration attempt; with ClientID it names the request.
+	ClientRandom string `json:"clientRandom"`
+	// NodeName is the machine's node name (its hostname, lowercased, plus the
+	// node-id suffix when the agent runs with --with-node-id).
+	NodeName string `json:"nodeName"`
+	// Labels are copied onto the Machine.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// Roles are the machine's roles, for example "worker".
+	// +optional
+	// +listType=set
+	Roles []string `json:"roles,omitempty"`
+	// CSR is a PEM-encoded PKCS#10 certificate signing request for the agent's
+	// client key. Only its public key is used: the server decides the identity.
+	// +optional
+	CSR []byte `json:"csr,omitempty"`
+	// TokenID is the name of the ClusterRegistrationToken the request was made
+	// with; set by the server from the authenticated credential.
+	// +optional
+	TokenID string `json:"tokenID,omitempty"`
+}
+
+// ClusterRegistrationStatus is the server's answer to a registration request.
+type ClusterRegistrationStatus struct {
+	// Phase is Pending, Approved, Granted, Denied or Expired.
+	// +optional
+	Phase RegistrationPhase `json:"phase,omitempty"`
+	// Reason is a short CamelCase reason for the current phase.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message is a human-readable explanation, for a denied request what the operator can do.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Cluster is the Cluster the machine joined.
+	// +optional
+	Cluster string `json:"cluster,omitempty"`
+	// Machine is the Machine created for (or found for) this agent.
+	// +optional
+	Machine string `json:"machine,omitempty"`
+	// Certificate is the PEM-encoded client certificate granted to the agent:
+	// its long-lived "request" credential, bound to Machine.
+	// +optional
+	Certificate []byte `json:"certificate,omitempty"`
+	// Transitions is the bounded history of phase changes, oldest first.
+	// +optional
+	// +listType=atomic
+	Transitions []Transition `json:"transitions,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ClusterRegistrationList is a list of ClusterRegistrations.
+type ClusterRegistrationList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the registrations.
+	Items []ClusterRegistration `json:"items"`
+}
+
+// ----------------------------------------------------------------- Machine
+
+// MachinePhase is the lifecycle state of a Machine.
+type MachinePhase string
+
+// Machine phases; the legal moves between them are defined in internal/fsm.
+const (
+	MachinePhasePending       MachinePhase = "Pending"
+	MachinePhaseProvisioning  MachinePhase = "Provisioning"
+	MachinePhaseRegistering   MachinePhase = "Registering"
+	MachinePhaseBootstrapping MachinePhase = "Bootstrapping"
+	MachinePhaseRunning       MachinePhase = "Running"
+	MachinePhaseUpdating      MachinePhase = "Updating"
+	MachinePhaseUnavailable   MachinePhase = "Unavailable"
+	MachinePhaseFailed        MachinePhase = "Failed"
+	MachinePhaseDraining      MachinePhase = "Draining"
+	MachinePhaseDeleting      MachinePhase = "Deleting"
+	MachinePhaseDeleted       MachinePhase = "Deleted"
+)
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// Machine is one node and its lifecycle. A custom machine is created when its
+// agent registers; a driver-provisioned machine is created by the server first.
+type Machine struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata. The name is the node name.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is what the machine is meant to be.
+	// +optional
+	Spec MachineSpec `json:"spec,omitempty"`
+	// Status is what the server and the agent observed; written only through the status subresource.
+	// +optional
+	Status MachineStatus `json:"status,omitempty"`
+}
+
+// MachineSpec is the desired state of a Machine.
+type MachineSpec struct {
+	// Cluster is the name of the Cluster the machine belongs to. Immutable.
+	Cluster string `json:"cluster"`
+	// NodeName is the agent's node name; it owns the NodePassword of the same name. Immutable.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+	// Roles are the machine's roles, for example "worker" or "etcd".
+	// +optional
+	// +listType=set
+	Roles []string `json:"roles,omitempty"`
+	// ClientID is the clientID of the agent that registered the machine; empty
+	// for a machine that has not registered yet.
+	// +optional
+	ClientID string `json:"clientID,omitempty"`
+	// Driver names the provisioning driver of a server-provisioned machine;
+	// empty for a custom machine that an agent registered on its own.
+	// +optional
+	Driver string `json:"driver,omitempty"`
+}
+
+// MachineAddressType says what kind of address a MachineAddress is.
+type MachineAddressType string
+
+// Address types, as for Kubernetes nodes.
+const (
+	MachineHostName   MachineAddressType = "Hostname"
+	MachineInternalIP MachineAddressType = "InternalIP"
+	MachineExternalIP MachineAddressType = "ExternalIP"
+)
+
+// MachineAddress is one address of a machine.
+type MachineAddress struct {
+	// Type is Hostname, InternalIP or ExternalIP.
+	Type MachineAddressType `json:"type"`
+	// Address is the address itself.
+	Address string `json:"address"`
+}
+
+// MachineStatus is the observed state of a Machine.
+type MachineStatus struct {
+	// Phase is the machine's lifecycle state; see internal/fsm for the legal moves.
+	// +optional
+	Phase MachinePhase `json:"phase,omitempty"`
+	// Reason is a short CamelCase reason for the current phase.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message is a human-readable explanation of the current phase.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Addresses are the machine's addresses as its agent reported them.
+	// +optional
+	// +listType=atomic
+	Addresses []MachineAddress `json:"addresses,omitempty"`
+	// AgentVersion is the version of the muster-agent running on the machine.
+	// +optional
+	AgentVersion string `json:"agentVersion,omitempty"`
+	// LastSeen is when the server last knew the agent to be connected. It is
+	// persisted coarsely (not once per heartbeat), so it may lag by the documented interval.
+	// +optional
+	LastSeen *metav1.Time `json:"lastSeen,omitempty"`
+	// PlanState mirrors the state of the machine's MachinePlan: pending,
+	// in-progress, succeeded or failed.
+	// +optional
+	PlanState PlanState `json:"planState,omitempty"`
+	// Transitions is the bounded history of phase changes, oldest first.
+	// +optional
+	// +listType=atomic
+	Transitions []Transition `json:"transitions,omitempty"`
+	// Conditions are the latest observations of the machine's state.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// MachineList is a list of Machines.
+type MachineList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the machines.
+	Items []Machine `json:"items"`
+}
+
+// ------------------------------------------------------------- MachinePlan
+
+// PlanState is where an agent is with a plan (Rancher's plan protocol).
+type PlanState string
+
+// Plan states. The server writes pending for a new plan; the agent writes
+// in-progress BEFORE it executes anything, so a crash mid-plan is recovered by
+// running the plan again, then succeeded or failed.
+const (
+	PlanStatePending    PlanState = "pending"
+	PlanStateInProgress PlanState = "in-progress"
+	PlanStateSucceeded  PlanState = "succeeded"
+	PlanStateFailed     PlanState = "failed"
+)
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// MachinePlan is what a machine's agent must do, and what it reported. Its
+// name is the Machine's name; its identity is the checksum of its spec.
+type MachinePlan struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata. The name is the name of the Machine it is for.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the plan: files to write, instructions to run, probes to watch.
+	// +optional
+	Spec MachinePlanSpec `json:"spec,omitempty"`
+	// Status is what the agent reported; written only through the status subresource.
+	// +optional
+	Status MachinePlanStatus `json:"status,omitempty"`
+}
+
+// MachinePlanSpec is the work a machine's agent must do.
+type MachinePlanSpec struct {
+	// Files are written (atomically, with their mode) or deleted before any instruction runs.
+	// +optional
+	// +listType=map
+	// +listMapKey=path
+	Files []PlanFile `json:"files,omitempty"`
+	// Instructions run in order; the first failing one stops the plan.
+	// +optional
+	// +listType=atomic
+	Instructions []PlanInstruction `json:"instructions,omitempty"`
+	// Probes are checked after the instructions; the plan is healthy when every probe is.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Probes []PlanProbe `json:"probes,omitempty"`
+	// MaxFailures is how many failed attempts the agent makes before the plan,
+	// and its machine, are Failed. Defaults to 3.
+	// +optional
+	MaxFailures int32 `json:"maxFailures,omitempty"`
+}
+
+// PlanFile is one file the agent writes or deletes.
+type PlanFile struct {
+	// Path is the absolute, clean path of the file on the machine.
+	Path string `json:"path"`
+	// Content is the file's content (text). At most 64 KiB per file.
+	// +optional
+	Content string `json:"content,omitempty"`
+	// Mode is the file's permission bits, for example 0644 (420 in decimal). Defaults to 0600.
+	// +optional
+	Mode int32 `json:"mode,omitempty"`
+	// Delete removes the file instead of writing it.
+	// +optional
+	Delete bool `json:"delete,omitempty"`
+}
+
+// PlanInstruction is one command the agent runs.
+type PlanInstruction struct {
+	// Name identifies the instruction in reported output.
+	Name string `json:"name"`
+	// Command is the program to run (absolute path or a name found on PATH).
+	Command string `json:"command"`
+	// Args are passed to Command.
+	// +optional
+	// +listType=atomic
+	Args []string `json:"args,omitempty"`
+	// Env holds extra environment variables, each "NAME=value".
+	// +optional
+	// +listType=atomic
+	Env []string `json:"env,omitempty"`
+	// TimeoutSeconds bounds the command's run time; 0 means the default of 300.
+	// +optional
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+	// SaveOutput reports the command's combined output (truncated) in the plan status.
+	// +optional
+	SaveOutput bool `json:"saveOutput,omitempty"`
+}
+
+// PlanProbe is a health check the agent runs after the plan is applied.
+// Exactly one of HTTPGet and Exec is set.
+type PlanProbe struct {
+	// Name identifies the probe in reported statuses.
+	Name string `json:"name"`
+	// HTTPGet probes a URL; any 2xx or 3xx answer is healthy.
+	// +optional
+	HTTPGet *HTTPGetProbe `json:"httpGet,omitempty"`
+	// Exec runs a command; exit code 0 is healthy.
+	// +optional
+	Exec *ExecProbe `json:"exec,omitempty"`
+	// PeriodSeconds is how often the probe runs. Defaults to 10.
+	// +optional
+	PeriodSeconds int32 `json:"periodSeconds,omitempty"`
+	// TimeoutSeconds bounds one probe run. Defaults to 5.
+	// +optional
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+	// SuccessThreshold is how many successes in a row make the probe healthy. Defaults to 1.
+	// +optional
+	SuccessThreshold int32 `json:"successThreshold,omitempty"`
+	// FailureThreshold is how many failures in a row make the probe unhealthy. Defaults to 3.
+	// +optional
+	FailureThreshold int32 `json:"failureThreshold,omitempty"`
+}
+
+// HTTPGetProbe checks a URL.
+type HTTPGetProbe struct {
+	// URL is the http or https URL to get.
+	URL string `json:"url"`
+	// InsecureSkipVerify skips TLS verification of an https URL.
+	// +optional
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+}
+
+// ExecProbe runs a command.
+type ExecProbe struct {
+	// Command is the program to run.
+	Command string `json:"command"`
+	// Args are passed to Command.
+	// +optional
+	// +listType=atomic
+	Args []string `json:"args,omitempty"`
+}
+
+// MachinePlanStatus is what the agent reported about its plan.
+type MachinePlanStatus struct {
+	// Checksum is the server-computed checksum of the current spec: the plan's identity.
+	// +optional
+	Checksum string `json:"checksum,omitempty"`
+	// State is pending (new plan), in-progress, succeeded or failed.
+	// +optional
+	State PlanState `json:"state,omitempty"`
+	// AppliedChecksum is the checksum of the plan the agent last ran to the end.
+	// +optional
+	AppliedChecksum string `json:"appliedChecksum,omitempty"`
+	// FailureCount is how many times in a row the current plan failed.
+	// +optional
+	FailureCount int32 `json:"failureCount,omitempty"`
+	// Output holds the saved output of each instruction of the last run, truncated.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Output []InstructionOutput `json:"output,omitempty"`
+	// Probes holds the latest status of each probe.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Probes []ProbeStatus `json:"probes,omitempty"`
+	// LastAppliedTime is when the agent last finished running the plan.
+	// +optional
+	LastAppliedTime *metav1.Time `json:"lastAppliedTime,omitempty"`
+}
+
+// InstructionOutput is what one instruction printed and how it ended.
+type InstructionOutput struct {
+	// Name is the instruction's name.
+	Name string `json:"name"`
+	// ExitCode is the command's exit code; -1 when it could not start or timed out.
+	ExitCode int32 `json:"exitCode"`
+	// Output is the combined stdout and stderr, truncated to 4 KiB.
+	// +optional
+	Output string `json:"output,omitempty"`
+}
+
+// ProbeStatus is the latest result of one probe.
+type ProbeStatus struct {
+	// Name is the probe's name.
+	Name string `json:"name"`
+	// Healthy is the probe's current verdict.
+	Healthy bool `json:"healthy"`
+	// Message explains the last failure, if any.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// MachinePlanList is a list of MachinePlans.
+type MachinePlanList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the plans.
+	Items []MachinePlan `json:"items"`
+}
+
+// ------------------------------------------------------------ NodePassword
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// NodePassword holds the hash of one node name's password: the first agent to
+// register a node name sets it, and later registrations with that name must
+// present the same password. The plaintext is never stored. Owned by its
+// Machine; one whose Machine never appeared is collected after a grace period.
+type NodePassword struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata. The name is the node name.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec holds the password hash.
+	// +optional
+	Spec NodePasswordSpec `json:"spec,omitempty"`
+	// Status is what the server observed.
+	// +optional
+	Status NodePasswordStatus `json:"status,omitempty"`
+}
+
+// NodePasswordSpec holds a node password's hash.
+type NodePasswordSpec struct {
+	// Hash is the password's hash in the form "<algorithm>$<parameters>$<salt>$<hash>". Immutable.
+	Hash string `json:"hash"`
+}
+
+// NodePasswordStatus is what the server observed about a node password.
+type NodePasswordStatus struct {
+	// Machine is the Machine that owns this password, once it exists.
+	// +optional
+	Machine string `json:"machine,omitempty"`
+	// LastVerified is when a registration last presented the right password.
+	// +optional
+	LastVerified *metav1.Time `json:"lastVerified,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// NodePasswordList is a list of NodePasswords.
+type NodePasswordList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the node passwords.
+	Items []NodePassword `json:"items"`
+}
+
+// ---------------------------------------------------------- ServerEndpoint
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ServerEndpoint is one live muster-server's address. Each server publishes
+// its own and renews it; agents' load balancers learn the servers from them.
+type ServerEndpoint struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata. The name identifies the server.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is where the server can be reached.
+	// +optional
+	Spec ServerEndpointSpec `json:"spec,omitempty"`
+	// Status is the server's liveness.
+	// +optional
+	Status ServerEndpointStatus `json:"status,omitempty"`
+}
+
+// ServerEndpointSpec is where a server can be reached.
+type ServerEndpointSpec struct {
+	// Address is the server's advertised host:port.
+	Address string `json:"address"`
+}
+
+// ServerEndpointStatus is a server's liveness.
+type ServerEndpointStatus struct {
+	// RenewTime is when the server last renewed this endpoint; one not renewed
+	// within LeaseDurationSeconds is treated as dead and removed.
+	// +optional
+	RenewTime *metav1.Time `json:"renewTime,omitempty"`
+	// LeaseDurationSeconds is how long the endpoint stays valid after RenewTime.
+	// +optional
+	LeaseDurationSeconds int32 `json:"leaseDurationSeconds,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ServerEndpointList is a list of ServerEndpoints.
+type ServerEndpointList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the endpoints.
+	Items []ServerEndpoint `json:"items"`
+}
