@@ -82,7 +82,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("configuring client certificates: %w", err)
 	}
 	rc.Authentication.Authenticator = newAuthenticator(clientCA, cfg.Tokens)
-	rc.Authorization.Authorizer = Authorizer{Rules: cfg.AuthorizationRules}
+	rc.Authorization.Authorizer = authorizer.AuthorizerFunc(Authorizer{Rules: cfg.AuthorizationRules}.Authorize)
 	// The loopback client (controllers inside this process) authenticates as a
 	// privileged user with a random token that never leaves the process.
 	genericapiserver.AuthorizeClientBearerToken(rc.LoopbackClientConfig, &rc.Authentication, &rc.Authorization)
