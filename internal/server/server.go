@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 
 	"k8s.io/klog/v2"
 
@@ -44,6 +45,11 @@ func DefaultDataDir() string {
 // Run serves until ctx is cancelled. The API server stops first, so that no
 // request is left half-written, and the datastore after it.
 func Run(ctx context.Context, cfg Config) error {
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("--data-dir %q: %w", cfg.DataDir, err)
+	}
+	cfg.DataDir = dataDir
 	bind := net.ParseIP(cfg.BindAddress)
 	if bind == nil {
 		return fmt.Errorf("--bind-address %q is not an IP address: give one such as 0.0.0.0 or 127.0.0.1", cfg.BindAddress)

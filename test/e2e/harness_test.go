@@ -26,7 +26,7 @@ import (
 var serverBin string
 
 func TestMain(m *testing.M) {
-	pgtest.Main(m, func() int {
+	os.Exit(pgtest.Main(func() int {
 		bin, cleanup, err := buildServer()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "e2e:", err)
@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		return m.Run()
-	})
+	}))
 }
 
 // buildServer uses MUSTER_SERVER_BIN (set by `make test`) or builds the binary.
@@ -63,12 +63,12 @@ func buildServer() (string, func(), error) {
 // backend is a datastore the suite runs against.
 type backend struct {
 	name     string
-	endpoint func(t *testing.T) string
+	endpoint func(t testing.TB) string
 }
 
 var backends = []backend{
-	{name: "sqlite", endpoint: func(*testing.T) string { return "" }},
-	{name: "postgres", endpoint: func(t *testing.T) string { return pgtest.DSN(t) }},
+	{name: "sqlite", endpoint: func(testing.TB) string { return "" }},
+	{name: "postgres", endpoint: func(t testing.TB) string { return pgtest.DSN(t) }},
 }
 
 // forEachBackend runs fn as a subtest on SQLite and on PostgreSQL.
@@ -80,7 +80,7 @@ func forEachBackend(t *testing.T, fn func(t *testing.T, endpoint string)) {
 
 // server is one muster-server process.
 type server struct {
-	t        *testing.T
+	t        testing.TB
 	dataDir  string
 	port     int
 	endpoint string
@@ -91,7 +91,7 @@ type server struct {
 }
 
 // startServer starts muster-server on a fresh data dir and waits for /readyz.
-func startServer(t *testing.T, endpoint string, extra ...string) *server {
+func startServer(t testing.TB, endpoint string, extra ...string) *server {
 	t.Helper()
 	s := &server{t: t, dataDir: t.TempDir(), port: freePort(t), endpoint: endpoint, extra: extra}
 	s.start()
@@ -218,7 +218,7 @@ func (s *server) mustKubectl(args ...string) string {
 	return out
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

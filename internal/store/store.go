@@ -1,0 +1,253 @@
+// Package store opens Muster's datastore: kine running in this process on
+// SQLite (the default, a file in the data dir) or PostgreSQL, or an external
+// etcd reached directly. The apiserver's etcd3 storage dials what Transport
+// returns: for kine, a unix socket in the data dir with mode 0600.
+//
+// Compaction: kine compacts its own table (CompactInterval below) and the
+// apiserver's compactor is off (APIServerCompactionInterval is zero). Kine's
+// is the one that deletes superseded rows from SQL, so the database does not
+// grow without bound; running both would only add write traffic.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/k3s-io/kine/pkg/endpoint"
+	"github.com/k3s-io/kine/pkg/drivers/sqlite"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+)
+
+const (
+	// CompactInterval is how often kine deletes superseded revisions.
+	CompactInterval = 5 * time.Minute
+	// APIServerCompactionInterval turns the apiserver's compactor off: kine compacts.
+	APIServerCompactionInterval = time.Duration(0)
+	// connectTimeout bounds how long Open waits for PostgreSQL before it gives up.
+	connectTimeout = 20 * time.Second
+)
+
+// Config selects and tunes the datastore.
+type Config struct {
+	// DataDir holds the SQLite database (db/state.db) and kine's socket (kine.sock).
+	DataDir string
+	// Endpoint is --datastore-endpoint: "" for SQLite, postgres:// for
+	// PostgreSQL, http(s):// for an external etcd.
+	Endpoint string
+	// PollInterval is how often kine polls the database for changes made by
+	// other servers; local writes wake watchers at once. Zero means 1s.
+	PollInterval time.Duration
+}
+
+// Datastore is an open datastore.
+type Datastore struct {
+	backend   string
+	endpoints []string
+	cancel    context.CancelFunc
+	lock      *os.File
+}
+
+// Open starts the datastore and returns once it answers requests.
+func Open(ctx context.Context, cfg Config) (*Datastore, error) {
+	kind, err := backendOf(cfg.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if kind == "etcd" {
+		return &Datastore{backend: kind, endpoints: strings.Split(cfg.Endpoint, ","), cancel: func() {}}, nil
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("cannot create data dir %s: %w; choose a writable --data-dir", cfg.DataDir, err)
+	}
+
+	ds := &Datastore{backend: kind}
+	kineEndpoint := cfg.Endpoint
+	switch kind {
+	case "sqlite":
+		dbDir := filepath.Join(cfg.DataDir, "db")
+		if err := os.MkdirAll(dbDir, 0o700); err != nil {
+			return nil, fmt.Errorf("cannot create %s for the SQLite database: %w; choose a writable --data-dir", dbDir, err)
+		}
+		if ds.lock, err = lockDataDir(dbDir); err != nil {
+			return nil, err
+		}
+		kineEndpoint = "sqlite://" + filepath.Join(dbDir, "state.db") + "?" + sqlite.DefaultParams
+	case "postgres":
+		if err := pingPostgres(ctx, cfg.Endpoint); err != nil {
+			return nil, err
+		}
+	}
+
+	poll := cfg.PollInterval
+	if poll == 0 {
+		poll = time.Second
+	}
+	kctx, cancel := context.WithCancel(context.Background())
+	ds.cancel = cancel
+	socket := filepath.Join(cfg.DataDir, "kine.sock")
+	etcd, err := endpoint.Listen(kctx, kineConfig(kineEndpoint, "unix://"+socket, poll))
+	if err != nil {
+		ds.Close()
+		return nil, fmt.Errorf("starting the %s datastore: %s", kind, redact(err.Error(), cfg.Endpoint))
+	}
+	ds.endpoints = etcd.Endpoints
+	if err := ds.waitReady(ctx); err != nil {
+		ds.Close()
+		return nil, err
+	}
+	return ds, nil
+}
+
+// kineConfig is kine's own command-line defaults (pkg/app), which its
+// Config struct does not carry: zero values there fail or panic.
+func kineConfig(dsn, listener string, poll time.Duration) endpoint.Config {
+	return endpoint.Config{
+		Listener:            listener,
+		Endpoint:            dsn,
+		NotifyInterval:      5 * time.Second,
+		EmulatedETCDVersion: "3.6.11",
+		CompactInterval:     CompactInterval,
+		CompactTimeout:      5 * time.Second,
+		CompactMinRetain:    1000,
+		CompactBatchSize:    1000,
+		PollBatchSize:       500,
+		PollInterval:        poll,
+	}
+}
+
+func (d *Datastore) waitReady(ctx context.Context) error {
+	client, err := clientv3.New(clientv3.Config{Endpoints: d.endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		return fmt.Errorf("connecting to kine: %w", err)
+	}
+	defer client.Close()
+	rctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	for {
+		if _, err := client.Get(rctx, "/registry/health"); err == nil {
+			return nil
+		} else if rctx.Err() != nil {
+			return fmt.Errorf("the %s datastore did not answer within %s: %w", d.backend, connectTimeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Transport is what the apiserver's etcd3 storage dials.
+func (d *Datastore) Transport() storagebackend.TransportConfig {
+	return storagebackend.TransportConfig{ServerList: d.endpoints}
+}
+
+// Backend is "sqlite", "postgres" or "etcd".
+func (d *Datastore) Backend() string { return d.backend }
+
+// Close stops kine and releases the data dir. Call it only after the
+// apiserver has stopped: it still holds connections until then.
+func (d *Datastore) Close() error {
+	d.cancel()
+	if d.lock != nil {
+		// Closing the file releases the flock.
+		return d.lock.Close()
+	}
+	return nil
+}
+
+func backendOf(endpoint string) (string, error) {
+	if endpoint == "" {
+		return "sqlite", nil
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Scheme == "" {
+		return "", fmt.Errorf("--datastore-endpoint is not a URL (%s); use postgres://user:pass@host:5432/db, https://etcd:2379, or leave it empty for SQLite", redact(errString(err), endpoint))
+	}
+	switch u.Scheme {
+	case "postgres", "postgresql":
+		return "postgres", nil
+	case "http", "https":
+		return "etcd", nil
+	case "sqlite":
+		return "", errors.New("--datastore-endpoint sqlite:// is not supported: leave it empty and SQLite lives in --data-dir")
+	default:
+		return "", fmt.Errorf("--datastore-endpoint scheme %q is not supported: use postgres://, http(s):// (etcd), or leave it empty for SQLite", u.Scheme)
+	}
+}
+
+func pingPostgres(ctx context.Context, dsn string) error {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return fmt.Errorf("--datastore-endpoint is not a valid PostgreSQL DSN: %s", redact(err.Error(), dsn))
+	}
+	where := fmt.Sprintf("%s:%d", cfg.Host, cfg.Port)
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	var last error
+	for {
+		// The database itself may not exist yet (kine creates it), so probe
+		// the server through the maintenance database.
+		probe := cfg.Copy()
+		probe.Database = "postgres"
+		conn, err := pgx.ConnectConfig(cctx, probe)
+		if err == nil {
+			conn.Close(ctx)
+			return nil
+		}
+		last = err
+		select {
+		case <-cctx.Done():
+			return fmt.Errorf("cannot reach PostgreSQL at %s within %s: %s; check that it is running and that --datastore-endpoint has the right host, port, user and password",
+				where, connectTimeout, redact(last.Error(), dsn))
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// lockDataDir takes an exclusive lock so two servers never share one SQLite
+// file: WAL mode would let them, and their caches would disagree.
+func lockDataDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, "lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("cannot open %s: %w; choose a writable --data-dir", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		owner, _ := os.ReadFile(path)
+		f.Close()
+		return nil, fmt.Errorf("data dir %s is in use by another muster-server (pid %s): stop it, or give this one another --data-dir", filepath.Dir(dir), strings.TrimSpace(string(owner)))
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
+}
+
+// userinfoPassword matches the password of a URL that url.Parse may refuse.
+var userinfoPassword = regexp.MustCompile(`(://[^:/@]*:)[^@]*@`)
+
+// redact removes the password of dsn from msg, so no error or log line
+// carries a datastore credential.
+func redact(msg, dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		}
+	}
+	return userinfoPassword.ReplaceAllString(msg, "${1}xxxxx@")
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "no scheme"
+	}
+	return err.Error()
+}

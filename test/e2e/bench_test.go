@@ -1,0 +1,121 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	clientset "github.com/muster-io/muster/pkg/client/clientset/versioned"
+)
+
+// The benchmarks below measure whole-server figures with real processes:
+// `make bench` runs them once each (-benchtime=1x) and prints the figures as
+// custom metrics. They assert nothing about speed.
+
+// BenchmarkColdStart: process start to /readyz 200, on an empty SQLite
+// database and on one holding 10,000 objects; and the RSS once idle.
+func BenchmarkColdStart(b *testing.B) {
+	for _, objects := range []int{0, 10000} {
+		b.Run(fmt.Sprintf("sqlite-%d-objects", objects), func(b *testing.B) {
+			s := startServer(b, "")
+			if objects > 0 {
+				createMachines(b, s, objects, 16)
+			}
+			var total time.Duration
+			for i := 0; i < b.N; i++ {
+				s.stop()
+				start := time.Now()
+				s.launch()
+				if err := s.waitReady(5 * time.Minute); err != nil {
+					b.Fatalf("not ready: %v\n%s", err, s.log.String())
+				}
+				total += time.Since(start)
+			}
+			b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms-to-ready")
+			time.Sleep(5 * time.Second)
+			b.ReportMetric(float64(rssKiB(s.cmd.Process.Pid))/1024, "MiB-RSS-idle")
+		})
+	}
+}
+
+// BenchmarkKubectlApply1000: `kubectl apply -f` of one file holding 1,000 Machines.
+func BenchmarkKubectlApply1000(b *testing.B) {
+	for _, be := range backends {
+		b.Run(be.name, func(b *testing.B) {
+			manifest := filepath.Join(b.TempDir(), "machines.yaml")
+			var sb strings.Builder
+			for i := 0; i < 1000; i++ {
+				fmt.Fprintf(&sb, "---\napiVersion: muster.io/v1alpha1\nkind: Machine\nmetadata:\n  name: bench-%04d\nspec:\n  cluster: bench\n  roles: [worker]\n", i)
+			}
+			if err := os.WriteFile(manifest, []byte(sb.String()), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			var total time.Duration
+			for i := 0; i < b.N; i++ {
+				s := startServer(b, be.endpoint(b))
+				start := time.Now()
+				if out, err := s.kubectl("apply", "-f", manifest); err != nil {
+					b.Fatalf("kubectl apply: %v\n%s", err, out)
+				}
+				total += time.Since(start)
+				s.stop()
+			}
+			b.ReportMetric(total.Seconds()/float64(b.N), "s/1000-objects")
+		})
+	}
+}
+
+// createMachines fills the datastore through the typed clientset.
+func createMachines(b *testing.B, s *server, n, workers int) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 5000, 5000
+	cs := clientset.NewForConfigOrDie(cfg)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				m := &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("fill-%05d", i)}, Spec: v1alpha1.MachineSpec{Cluster: "fill"}}
+				if _, err := cs.MusterV1alpha1().Machines().Create(context.Background(), m, metav1.CreateOptions{}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+}
+
+func rssKiB(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			f := strings.Fields(line)
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+	}
+	return 0
+}
