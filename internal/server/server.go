@@ -50,6 +50,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("--data-dir %q: %w", cfg.DataDir, err)
 	}
 	cfg.DataDir = dataDir
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	bind := net.ParseIP(cfg.BindAddress)
 	if bind == nil {
 		return fmt.Errorf("--bind-address %q is not an IP address: give one such as 0.0.0.0 or 127.0.0.1", cfg.BindAddress)

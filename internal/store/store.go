@@ -17,9 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -55,7 +53,6 @@ type Datastore struct {
 	backend   string
 	endpoints []string
 	cancel    context.CancelFunc
-	lock      *os.File
 }
 
 // Open starts the datastore and returns once it answers requests.
@@ -78,9 +75,6 @@ func Open(ctx context.Context, cfg Config) (*Datastore, error) {
 		dbDir := filepath.Join(cfg.DataDir, "db")
 		if err := os.MkdirAll(dbDir, 0o700); err != nil {
 			return nil, fmt.Errorf("cannot create %s for the SQLite database: %w; choose a writable --data-dir", dbDir, err)
-		}
-		if ds.lock, err = lockDataDir(dbDir); err != nil {
-			return nil, err
 		}
 		kineEndpoint = "sqlite://" + filepath.Join(dbDir, "state.db") + "?" + sqlite.DefaultParams
 	case "postgres":
@@ -152,14 +146,10 @@ func (d *Datastore) Transport() storagebackend.TransportConfig {
 // Backend is "sqlite", "postgres" or "etcd".
 func (d *Datastore) Backend() string { return d.backend }
 
-// Close stops kine and releases the data dir. Call it only after the
-// apiserver has stopped: it still holds connections until then.
+// Close stops kine. Call it only after the apiserver has stopped: it still
+// holds connections until then.
 func (d *Datastore) Close() error {
 	d.cancel()
-	if d.lock != nil {
-		// Closing the file releases the flock.
-		return d.lock.Close()
-	}
 	return nil
 }
 
@@ -210,25 +200,6 @@ func pingPostgres(ctx context.Context, dsn string) error {
 		case <-time.After(time.Second):
 		}
 	}
-}
-
-// lockDataDir takes an exclusive lock so two servers never share one SQLite
-// file: WAL mode would let them, and their caches would disagree.
-func lockDataDir(dir string) (*os.File, error) {
-	path := filepath.Join(dir, "lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("cannot open %s: %w; choose a writable --data-dir", path, err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		owner, _ := os.ReadFile(path)
-		f.Close()
-		return nil, fmt.Errorf("data dir %s is in use by another muster-server (pid %s): stop it, or give this one another --data-dir", filepath.Dir(dir), strings.TrimSpace(string(owner)))
-	}
-	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	}
-	return f, nil
 }
 
 // userinfoPassword matches the password of a URL that url.Parse may refuse.
