@@ -1,0 +1,5 @@
+package store
+
+import "os"
+
+var exit = os.Exit
