@@ -30,6 +30,12 @@ test: build
 	$(GO) vet ./...
 	MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server $(GO) test $(TEST_FLAGS) ./...
 
+# Whole-server figures with real processes (cold start, RSS, kubectl apply of
+# 1,000 objects on SQLite and PostgreSQL). Prints them; asserts nothing.
+bench: build
+	mkdir -p bench/out
+	MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/e2e | tee bench/out/server.txt
+
 generate:
 	hack/update-codegen.sh
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/muster-io/muster/internal/bootstrap"
 	"github.com/muster-io/muster/internal/server"
+	"github.com/muster-io/muster/internal/version"
 )
 
 func main() {
@@ -26,6 +27,7 @@ func newRootCommand() *cobra.Command {
 		Long: `muster-server serves the muster.io API. With no flags it keeps its state in
 SQLite in its data dir, and on first start generates a CA, a serving
 certificate, a server token and an admin kubeconfig there.`,
+		Version:      version.Version,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
