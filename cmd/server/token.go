@@ -1,0 +1,86 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/muster-io/muster/internal/jointoken"
+	"github.com/muster-io/muster/internal/server"
+	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+)
+
+func newTokenCommand(cfg *server.Config) *cobra.Command {
+	var kubeconfig string
+	client := func() (versioned.Interface, error) {
+		path := kubeconfig
+		if path == "" {
+			path = filepath.Join(cfg.DataDir, "admin.kubeconfig")
+		}
+		rc, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			return nil, fmt.Errorf("loading %s: %w; pass --kubeconfig or the server's --data-dir", path, err)
+		}
+		return versioned.NewForConfig(rc)
+	}
+	cmd := &cobra.Command{Use: "token", Short: "Create, list and revoke join tokens"}
+	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", "admin kubeconfig (default: <data-dir>/admin.kubeconfig)")
+
+	opts := jointoken.CreateOptions{}
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Create a join token and print it once",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := client()
+			if err != nil {
+				return err
+			}
+			tok, err := jointoken.Create(cmd.Context(), c, opts)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), tok.String())
+			return nil
+		},
+	}
+	create.Flags().DurationVar(&opts.TTL, "ttl", 24*time.Hour, "how long the token may be used (0: never expires)")
+	create.Flags().StringVar(&opts.Cluster, "cluster", "", "bind the token to this existing Cluster")
+	create.Flags().BoolVar(&opts.ManualApproval, "manual-approval", false, "registrations with this token wait for 'muster-server registration approve'")
+	create.Flags().StringVar(&opts.Description, "description", "", "what the token is for")
+
+	list := &cobra.Command{
+		Use: "list", Short: "List join tokens", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := client()
+			if err != nil {
+				return err
+			}
+			return jointoken.List(cmd.Context(), c, cmd.OutOrStdout())
+		},
+	}
+	revoke := &cobra.Command{
+		Use: "revoke ID", Short: "Revoke a join token", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := client()
+			if err != nil {
+				return err
+			}
+			already, err := jointoken.Revoke(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
+			if already {
+				fmt.Fprintf(cmd.OutOrStdout(), "token %s was already revoked\n", args[0])
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "token %s revoked\n", args[0])
+			return nil
+		},
+	}
+	cmd.AddCommand(create, list, revoke)
+	return cmd
+}

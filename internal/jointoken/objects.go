@@ -1,0 +1,113 @@
+package jointoken
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/muster-io/muster/internal/pki"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+)
+
+// CreateOptions are what an operator chooses for a new token.
+type CreateOptions struct {
+	TTL            time.Duration
+	Cluster        string
+	ManualApproval bool
+	Description    string
+}
+
+// Create makes a ClusterRegistrationToken holding only the secret's hash and
+// returns the full token, to be shown once. The CA pin is the hash of what
+// the server serves on /cacerts, exactly what an agent will check.
+func Create(ctx context.Context, c versioned.Interface, opts CreateOptions) (Token, error) {
+	ca, err := c.Discovery().RESTClient().Get().AbsPath("/cacerts").DoRaw(ctx)
+	if err != nil {
+		return Token{}, fmt.Errorf("reading the server's CA from /cacerts: %w", err)
+	}
+	if opts.Cluster != "" {
+		if _, err := c.MusterV1alpha1().Clusters().Get(ctx, opts.Cluster, metav1.GetOptions{}); err != nil {
+			return Token{}, fmt.Errorf("cluster %q: %w; create it first or omit --cluster", opts.Cluster, err)
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		tok, err := Generate(pki.Hash(ca))
+		if err != nil {
+			return Token{}, err
+		}
+		obj := &api.ClusterRegistrationToken{
+			ObjectMeta: metav1.ObjectMeta{Name: tok.ID},
+			Spec: api.ClusterRegistrationTokenSpec{
+				Cluster:        opts.Cluster,
+				ManualApproval: opts.ManualApproval,
+				SecretHash:     HashSecret(tok.Secret),
+				Description:    opts.Description,
+			},
+		}
+		if opts.TTL > 0 {
+			obj.Spec.TTL = &metav1.Duration{Duration: opts.TTL}
+		}
+		_, err = c.MusterV1alpha1().ClusterRegistrationTokens().Create(ctx, obj, metav1.CreateOptions{})
+		if errors.IsAlreadyExists(err) && attempt < 3 {
+			continue // a random id collided; draw another
+		}
+		if err != nil {
+			return Token{}, fmt.Errorf("creating the token: %w", err)
+		}
+		return tok, nil
+	}
+}
+
+// Revoke moves a token to Revoked; registrations with it fail from then on.
+// Revoking a revoked token changes nothing and is not an error, so the
+// command can be retried; an expired token cannot be revoked (the state
+// machine has no such move) and the server's 422 says so.
+func Revoke(ctx context.Context, c versioned.Interface, id string) (alreadyRevoked bool, err error) {
+	tokens := c.MusterV1alpha1().ClusterRegistrationTokens()
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		t, err := tokens.Get(ctx, id, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("token %q: %w (list tokens with 'muster-server token list')", id, err)
+		}
+		if t.Status.Phase == api.TokenPhaseRevoked {
+			alreadyRevoked = true
+			return nil
+		}
+		t.Status.Phase = api.TokenPhaseRevoked
+		t.Status.Reason = "RevokedByOperator"
+		_, err = tokens.UpdateStatus(ctx, t, metav1.UpdateOptions{})
+		return err
+	})
+	return alreadyRevoked, err
+}
+
+// List prints every token as a table.
+func List(ctx context.Context, c versioned.Interface, w io.Writer) error {
+	list, err := c.MusterV1alpha1().ClusterRegistrationTokens().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing tokens: %w", err)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tPHASE\tCLUSTER\tAPPROVAL\tEXPIRES\tREGISTRATIONS\tDESCRIPTION")
+	for _, t := range list.Items {
+		cluster, approval, expires := t.Spec.Cluster, "auto", "never"
+		if cluster == "" {
+			cluster = "<own>"
+		}
+		if t.Spec.ManualApproval {
+			approval = "manual"
+		}
+		if t.Status.ExpiresAt != nil {
+			expires = t.Status.ExpiresAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", t.Name, t.Status.Phase, cluster, approval, expires, t.Status.Registrations, t.Spec.Description)
+	}
+	return tw.Flush()
+}
