@@ -1,11 +1,20 @@
 package registry
 
 import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/muster-io/muster/internal/fsm"
+	"github.com/muster-io/muster/internal/identity"
+	"github.com/muster-io/muster/internal/nodepassword"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
@@ -45,4 +54,86 @@ var ClusterRegistration = Kind[*api.ClusterRegistration]{
 	Cells: func(r *api.ClusterRegistration) []interface{} {
 		return []interface{}{string(r.Status.Phase), r.Spec.NodeName, r.Status.Cluster, r.Status.Machine}
 	},
+}
+
+// registrationREST is the clusterregistrations resource: the generic store
+// plus the checks a create must pass before anything is stored. They read
+// and write other objects (NodePasswords) and the caller's identity, which a
+// strategy cannot.
+type registrationREST struct {
+	*REST
+	nodePasswords *genericregistry.Store
+}
+
+// Create checks who is registering and with which node password, then
+// stores the request without the password.
+func (r *registrationREST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	reg, ok := obj.(*api.ClusterRegistration)
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("not a ClusterRegistration: %T", obj))
+	}
+	u, _ := request.UserFrom(ctx)
+	if tokenID, ok := identity.TokenID(u); ok {
+		// The token, not the body, says which token was used.
+		reg.Spec.TokenID = tokenID
+	}
+	if want := api.RegistrationName(reg.Spec.ClientID, reg.Spec.ClientRandom); reg.Name != want {
+		return nil, apierrors.NewInvalid(api.SchemeGroupVersion.WithKind("ClusterRegistration").GroupKind(), reg.Name,
+			field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), reg.Name,
+				fmt.Sprintf("must be %q, derived from spec.clientID and spec.clientRandom", want))})
+	}
+	password := reg.Spec.NodePassword
+	reg.Spec.NodePassword = ""
+	if err := nodepassword.Validate(password); err != nil {
+		return nil, apierrors.NewInvalid(api.SchemeGroupVersion.WithKind("ClusterRegistration").GroupKind(), reg.Name,
+			field.ErrorList{field.Invalid(field.NewPath("spec", "nodePassword"), "<redacted>", err.Error())})
+	}
+	if errs := validateDNSSubdomain(reg.Spec.NodeName, field.NewPath("spec", "nodeName"), true); len(errs) > 0 {
+		return nil, apierrors.NewInvalid(api.SchemeGroupVersion.WithKind("ClusterRegistration").GroupKind(), reg.Name, errs)
+	}
+	if err := r.checkNodePassword(ctx, reg.Spec.NodeName, password); err != nil {
+		return nil, err
+	}
+	return r.REST.Create(ctx, reg, createValidation, options)
+}
+
+// checkNodePassword stores the password's hash on the first registration of
+// a node name and verifies it on every later one.
+func (r *registrationREST) checkNodePassword(ctx context.Context, nodeName, password string) error {
+	for attempt := 0; attempt < 2; attempt++ {
+		existing, err := r.nodePasswords.Get(ctx, nodeName, &metav1.GetOptions{})
+		if err == nil {
+			np := existing.(*api.NodePassword)
+			ok, verr := nodepassword.Verify(np.Spec.Hash, password)
+			if verr != nil {
+				return apierrors.NewInternalError(fmt.Errorf("stored hash of node %q: %w", nodeName, verr))
+			}
+			if !ok {
+				return apierrors.NewForbidden(api.Resource("clusterregistrations"), nodeName, fmt.Errorf(
+					"node password rejected: node name %q is already registered with another password. "+
+						"If this is the same machine, restore its node-password file in the agent's data dir; "+
+						"if it replaces the old machine, delete it with 'kubectl delete machine %s' (its NodePassword goes with it); "+
+						"if it is another machine with the same hostname, run the agent with --with-node-id", nodeName, nodeName))
+			}
+			return nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return err
+		}
+		hash, err := nodepassword.Hash(password)
+		if err != nil {
+			return apierrors.NewInternalError(err)
+		}
+		np := &api.NodePassword{ObjectMeta: metav1.ObjectMeta{Name: nodeName}, Spec: api.NodePasswordSpec{Hash: hash}}
+		_, err = r.nodePasswords.Create(ctx, np, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		// Another registration of this node name stored its hash first:
+		// verify against that one.
+	}
+	return apierrors.NewConflict(api.Resource("nodepasswords"), nodeName, fmt.Errorf("concurrent registrations of node %q; retry", nodeName))
 }

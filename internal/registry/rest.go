@@ -66,8 +66,11 @@ func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, 
 // Storage is what the apiserver installs for one kind: "<resource>" and "<resource>/status".
 type Storage struct {
 	Resource string
-	Main     *REST
+	Main     rest.Storage
 	Status   *StatusREST
+	// store is the main resource's generic store, for kinds whose REST
+	// wraps another kind's storage.
+	store *genericregistry.Store
 }
 
 // NewStorage builds the REST storage of one kind on the given storage options.
@@ -99,6 +102,7 @@ func NewStorage[T Object](k Kind[T], typer runtime.ObjectTyper, optsGetter gener
 		Resource: info.resource,
 		Main:     &REST{Store: store, shortNames: info.shortNames},
 		Status:   &StatusREST{store: &statusStore},
+		store:    store,
 	}, nil
 }
 

@@ -17,12 +17,17 @@ func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter) ([]*St
 		func() (*Storage, error) { return NewStorage(ServerEndpoint, typer, optsGetter) },
 	}
 	var all []*Storage
+	byResource := map[string]*Storage{}
 	for _, build := range builders {
 		s, err := build()
 		if err != nil {
 			return nil, err
 		}
 		all = append(all, s)
+		byResource[s.Resource] = s
 	}
+	// A registration's create verifies the node password against NodePasswords.
+	reg := byResource[ClusterRegistration.Resource]
+	reg.Main = &registrationREST{REST: reg.Main.(*REST), nodePasswords: byResource[NodePassword.Resource].store}
 	return all, nil
 }

@@ -397,6 +397,13 @@ func schema_pkg_apis_muster_v1alpha1_ClusterRegistrationSpec(ref common.Referenc
 							Format:      "",
 						},
 					},
+					"nodePassword": {
+						SchemaProps: spec.SchemaProps{
+							Description: "NodePassword is the node's password, write-only: the server checks it against the NodePassword of NodeName (storing its hash on the first registration of that name) and drops it before the request is stored. It is never stored, returned or logged.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"clientID", "clientRandom", "nodeName"},
 			},

@@ -1,6 +1,9 @@
 package v1alpha1
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -50,4 +53,13 @@ func AddToSchemeAsInternal(scheme *runtime.Scheme) error {
 	internal := schema.GroupVersion{Group: GroupName, Version: runtime.APIVersionInternal}
 	scheme.AddKnownTypes(internal, knownTypes()...)
 	return nil
+}
+
+// RegistrationName is the name of the ClusterRegistration an agent makes for
+// one attempt: like Fleet's, derived from clientID and clientRandom, so a
+// retried request finds the object it already made, and unguessable
+// without the clientRandom.
+func RegistrationName(clientID, clientRandom string) string {
+	sum := sha256.Sum256([]byte(clientID + clientRandom))
+	return "c-" + hex.EncodeToString(sum[:])[:40]
 }

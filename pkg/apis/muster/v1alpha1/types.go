@@ -260,6 +260,12 @@ type ClusterRegistrationSpec struct {
 	// with; set by the server from the authenticated credential.
 	// +optional
 	TokenID string `json:"tokenID,omitempty"`
+	// NodePassword is the node's password, write-only: the server checks it
+	// against the NodePassword of NodeName (storing its hash on the first
+	// registration of that name) and drops it before the request is stored.
+	// It is never stored, returned or logged.
+	// +optional
+	NodePassword string `json:"nodePassword,omitempty"`
 }
 
 // ClusterRegistrationStatus is the server's answer to a registration request.

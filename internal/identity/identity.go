@@ -1,0 +1,75 @@
+// Package identity names the callers muster-server recognises besides
+// administrators: bootstrap callers (an agent holding a join token) and
+// machines (an agent holding the client certificate it was granted). The
+// authenticator makes these identities, the authorizer and the registry
+// read them; keeping the spelling here keeps the three in agreement.
+package identity
+
+import (
+	"strings"
+
+	"k8s.io/apiserver/pkg/authentication/user"
+)
+
+const (
+	// BootstrappersGroup holds every caller authenticated by an active join token.
+	BootstrappersGroup = "muster:bootstrappers"
+	// InactiveBootstrappersGroup holds callers whose join token is valid but
+	// expired or revoked: authenticated so that the refusal can say why.
+	InactiveBootstrappersGroup = "muster:bootstrappers:inactive"
+	// MachinesGroup holds every agent that authenticates with its machine certificate.
+	MachinesGroup = "muster:machines"
+
+	bootstrapPrefix  = "muster:bootstrap:"
+	machinePrefix    = "muster:machine:"
+	machineUIDPrefix = "muster:machine-uid:"
+	// ReasonExtra carries, for an inactive token, why it is inactive.
+	ReasonExtra = "muster.io/token-inactive-reason"
+)
+
+// BootstrapUser is the user name of a caller holding join token id.
+func BootstrapUser(tokenID string) string { return bootstrapPrefix + tokenID }
+
+// TokenID returns the join-token id of a bootstrap caller.
+func TokenID(u user.Info) (string, bool) {
+	if u == nil || !strings.HasPrefix(u.GetName(), bootstrapPrefix) {
+		return "", false
+	}
+	return strings.TrimPrefix(u.GetName(), bootstrapPrefix), true
+}
+
+// IsBootstrapper reports whether u holds an active join token.
+func IsBootstrapper(u user.Info) bool { return inGroup(u, BootstrappersGroup) }
+
+// MachineSubject is the certificate subject granted to a machine: the CN
+// names the Machine, and the groups bind the certificate to that Machine's
+// UID, so a certificate outlives neither the Machine nor its deletion and
+// re-creation under the same name.
+func MachineSubject(name, uid string) (cn string, groups []string) {
+	return machinePrefix + name, []string{MachinesGroup, machineUIDPrefix + uid}
+}
+
+// Machine returns the Machine name and UID of a machine caller.
+func Machine(u user.Info) (name, uid string, ok bool) {
+	if u == nil || !strings.HasPrefix(u.GetName(), machinePrefix) || !inGroup(u, MachinesGroup) {
+		return "", "", false
+	}
+	for _, g := range u.GetGroups() {
+		if strings.HasPrefix(g, machineUIDPrefix) {
+			uid = strings.TrimPrefix(g, machineUIDPrefix)
+		}
+	}
+	return strings.TrimPrefix(u.GetName(), machinePrefix), uid, uid != ""
+}
+
+func inGroup(u user.Info, group string) bool {
+	if u == nil {
+		return false
+	}
+	for _, g := range u.GetGroups() {
+		if g == group {
+			return true
+		}
+	}
+	return false
+}
