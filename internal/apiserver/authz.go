@@ -27,7 +27,7 @@ func isPublicPath(path string) bool {
 type Authorizer struct {
 	// Rules are extra authorizers (agents, bootstrap tokens) consulted after
 	// the built-in ones.
-	Rules []authorizer.Authorizer
+	Rules []authorizer.AuthorizerFunc
 }
 
 // Authorize implements authorizer.Authorizer.
@@ -43,7 +43,7 @@ func (a Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) 
 		return authorizer.DecisionAllow, "", nil
 	}
 	for _, rule := range a.Rules {
-		decision, reason, err := rule.Authorize(ctx, attrs)
+		decision, reason, err := rule(ctx, attrs)
 		if err != nil || decision != authorizer.DecisionNoOpinion {
 			return decision, reason, err
 		}

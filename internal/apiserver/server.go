@@ -49,7 +49,7 @@ type Config struct {
 	// Tokens authenticates bearer tokens (join tokens); nil accepts none.
 	Tokens authenticator.Token
 	// AuthorizationRules are consulted after the built-in rules (admins, public paths).
-	AuthorizationRules []authorizer.Authorizer
+	AuthorizationRules []authorizer.AuthorizerFunc
 }
 
 // Server is a prepared API server.
@@ -133,6 +133,13 @@ func New(cfg Config) (*Server, error) {
 // Run serves until ctx is done, then shuts down gracefully and returns.
 func (s *Server) Run(ctx context.Context) error {
 	return s.generic.PrepareRun().RunWithContext(ctx)
+}
+
+// AddPostStartHook runs fn once the server serves, with a context that ends at shutdown.
+func (s *Server) AddPostStartHook(name string, fn func(ctx context.Context) error) error {
+	return s.generic.AddPostStartHook(name, func(hc genericapiserver.PostStartHookContext) error {
+		return fn(hc.Context)
+	})
 }
 
 // LoopbackConfig is a privileged client config for controllers in this process.

@@ -9,10 +9,12 @@ import (
 	"os"
 	"path/filepath"
 
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
 	"github.com/muster-io/muster/internal/bootstrap"
+	"github.com/muster-io/muster/internal/registration"
 	"github.com/muster-io/muster/internal/store"
 )
 
@@ -80,6 +82,8 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}()
 
+	tokens := registration.NewTokenAuthenticator()
+	registrationRules := &registration.Authorizer{}
 	api, err := apiserver.New(apiserver.Config{
 		BindAddress:        bind,
 		Port:               cfg.HTTPSPort,
@@ -89,6 +93,14 @@ func Run(ctx context.Context, cfg Config) error {
 		CABundle:           state.CA.CertPEM,
 		Storage:            ds.Transport(),
 		CompactionInterval: store.APIServerCompactionInterval,
+		Tokens:             tokens,
+		AuthorizationRules: []authorizer.AuthorizerFunc{registrationRules.Authorize},
+	})
+	if err != nil {
+		return err
+	}
+	err = api.AddPostStartHook("muster-controllers", func(ctx context.Context) error {
+		return startControllers(ctx, api.LoopbackConfig(), state.CA, tokens, registrationRules)
 	})
 	if err != nil {
 		return err

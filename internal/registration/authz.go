@@ -1,0 +1,125 @@
+package registration
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"github.com/muster-io/muster/internal/identity"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+)
+
+// Authorizer holds the rules for callers that are not administrators, like
+// Kubernetes' Node authorizer: a bootstrap caller may create a registration
+// and read the ones made with its token; a machine may read and watch its
+// own Machine and MachinePlan, write their status, and read ServerEndpoints.
+// It checks live state, so a deleted Machine's certificate stops working at once.
+type Authorizer struct {
+	client atomic.Pointer[versioned.Interface]
+}
+
+// SetClient gives the authorizer its (privileged, in-process) client.
+func (a *Authorizer) SetClient(c versioned.Interface) { a.client.Store(&c) }
+
+// Authorize implements the decision for muster callers; anything else is NoOpinion.
+func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
+	u := attrs.GetUser()
+	if u == nil {
+		return authorizer.DecisionNoOpinion, "", nil
+	}
+	for _, g := range u.GetGroups() {
+		if g == identity.InactiveBootstrappersGroup {
+			why := "join token is not active"
+			if r := u.GetExtra()[identity.ReasonExtra]; len(r) > 0 {
+				why = r[0]
+			}
+			return authorizer.DecisionDeny, why + ": create a new one with 'muster-server token create'", nil
+		}
+	}
+	if tokenID, ok := identity.TokenID(u); ok && identity.IsBootstrapper(u) {
+		return a.bootstrap(ctx, attrs, tokenID)
+	}
+	if name, uid, ok := identity.Machine(u); ok {
+		return a.machine(ctx, attrs, name, uid)
+	}
+	return authorizer.DecisionNoOpinion, "", nil
+}
+
+func isMuster(attrs authorizer.Attributes, resources ...string) bool {
+	if !attrs.IsResourceRequest() || attrs.GetAPIGroup() != api.GroupName {
+		return false
+	}
+	for _, r := range resources {
+		if attrs.GetResource() == r {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *Authorizer) bootstrap(ctx context.Context, attrs authorizer.Attributes, tokenID string) (authorizer.Decision, string, error) {
+	const only = "a join token may only create a ClusterRegistration and read the ones made with it"
+	if !isMuster(attrs, "clusterregistrations") || attrs.GetSubresource() != "" {
+		return authorizer.DecisionDeny, only, nil
+	}
+	switch attrs.GetVerb() {
+	case "create":
+		return authorizer.DecisionAllow, "", nil
+	case "get":
+		c := a.client.Load()
+		if c == nil || attrs.GetName() == "" {
+			return authorizer.DecisionDeny, only, nil
+		}
+		reg, err := (*c).MusterV1alpha1().ClusterRegistrations().Get(ctx, attrs.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			// Let the request through to answer 404: a name reveals nothing.
+			return authorizer.DecisionAllow, "", nil
+		}
+		if err != nil {
+			return authorizer.DecisionNoOpinion, "", err
+		}
+		if reg.Spec.TokenID == tokenID {
+			return authorizer.DecisionAllow, "", nil
+		}
+	}
+	return authorizer.DecisionDeny, only, nil
+}
+
+func (a *Authorizer) machine(ctx context.Context, attrs authorizer.Attributes, name, uid string) (authorizer.Decision, string, error) {
+	c := a.client.Load()
+	if c == nil {
+		return authorizer.DecisionNoOpinion, "", fmt.Errorf("authorizer not ready")
+	}
+	m, err := (*c).MusterV1alpha1().Machines().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || (err == nil && string(m.UID) != uid) {
+		return authorizer.DecisionDeny, fmt.Sprintf("machine %s no longer exists: its certificate is void; register again with a new join token", name), nil
+	}
+	if err != nil {
+		return authorizer.DecisionNoOpinion, "", err
+	}
+	own := "a machine may read only its own Machine and MachinePlan, write their status, and read ServerEndpoints"
+	switch {
+	case isMuster(attrs, "serverendpoints"):
+		if isRead(attrs.GetVerb()) {
+			return authorizer.DecisionAllow, "", nil
+		}
+	case isMuster(attrs, "machines", "machineplans"):
+		if attrs.GetName() != name {
+			return authorizer.DecisionDeny, own, nil
+		}
+		if isRead(attrs.GetVerb()) && attrs.GetSubresource() == "" {
+			return authorizer.DecisionAllow, "", nil
+		}
+		if (attrs.GetVerb() == "update" || attrs.GetVerb() == "patch" || attrs.GetVerb() == "get") && attrs.GetSubresource() == "status" {
+			return authorizer.DecisionAllow, "", nil
+		}
+	}
+	return authorizer.DecisionDeny, own, nil
+}
+
+func isRead(verb string) bool { return verb == "get" || verb == "list" || verb == "watch" }
