@@ -16,6 +16,7 @@ all: build
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/muster-server ./cmd/server
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/muster-agent ./cmd/agent
 
 run: build
 	$(BIN)/muster-server --data-dir $(DATA_DIR)
@@ -28,7 +29,7 @@ vet:
 # tests themselves (hack/postgres.sh) unless MUSTER_TEST_POSTGRES_DSN is set.
 test: build
 	$(GO) vet ./...
-	MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server $(GO) test $(TEST_FLAGS) ./...
+	MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server MUSTER_AGENT_BIN=$(CURDIR)/$(BIN)/muster-agent $(GO) test $(TEST_FLAGS) ./...
 
 # Whole-server figures with real processes (cold start, RSS, kubectl apply of
 # 1,000 objects on SQLite and PostgreSQL). Prints them; asserts nothing.

@@ -1,0 +1,62 @@
+// Command muster-agent joins a machine to a muster-server and runs its
+// plans: flags here, everything else in internal/agent.
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/component-base/cli"
+
+	"github.com/muster-io/muster/internal/agent"
+	"github.com/muster-io/muster/internal/version"
+)
+
+func main() {
+	os.Exit(cli.Run(newRootCommand()))
+}
+
+func newRootCommand() *cobra.Command {
+	cfg := agent.Config{Out: os.Stdout}
+	var labels []string
+	hostname, _ := os.Hostname()
+	dataDir := "muster-agent-data"
+	if os.Geteuid() == 0 {
+		dataDir = "/var/lib/muster/agent"
+	}
+	cmd := &cobra.Command{
+		Use:          "muster-agent",
+		Short:        "Join this machine to a muster-server and run the plans it is given",
+		Version:      version.Version,
+		SilenceUsage: true,
+		Args:         cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Labels = map[string]string{}
+			for _, l := range labels {
+				k, v, ok := strings.Cut(l, "=")
+				if !ok || k == "" {
+					return fmt.Errorf("--label %q: expected key=value", l)
+				}
+				cfg.Labels[k] = v
+			}
+			if cfg.Server == "" {
+				return fmt.Errorf("--server is required, e.g. --server https://10.0.0.1:9443")
+			}
+			cfg.NodeName = strings.ToLower(cfg.NodeName)
+			return agent.Run(genericapiserver.SetupSignalContext(), cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Server, "server", "", "URL of a muster-server, e.g. https://10.0.0.1:9443")
+	f.StringVar(&cfg.Token, "token", "", "join token from 'muster-server token create' (needed only to join)")
+	f.StringVar(&cfg.NodeName, "node-name", hostname, "node name (default: the hostname, lowercased)")
+	f.BoolVar(&cfg.WithNodeID, "with-node-id", false, "append a random id kept in the data dir to the node name")
+	f.StringArrayVar(&labels, "label", nil, "label for the Machine, key=value (repeatable)")
+	f.StringArrayVar(&cfg.Roles, "role", nil, "role of the machine, e.g. worker (repeatable)")
+	f.StringVar(&cfg.DataDir, "data-dir", dataDir, "directory for the node password, identity and certificate")
+	f.BoolVar(&cfg.InsecureSkipCACheck, "insecure-skip-ca-check", false, "accept a token without a CA hash and do not verify the server (dangerous)")
+	return cmd
+}

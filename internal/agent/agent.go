@@ -1,0 +1,289 @@
+// Package agent is muster-agent: it joins a server with a join token (CA
+// pinned by the token, node password, registration request), pivots to the
+// client certificate it is granted, and from then on uses only that.
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/muster-io/muster/internal/jointoken"
+	"github.com/muster-io/muster/internal/pki"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+)
+
+// Config is muster-agent's configuration, one field per flag.
+type Config struct {
+	Server              string
+	Token               string
+	NodeName            string
+	WithNodeID          bool
+	Labels              map[string]string
+	Roles               []string
+	DataDir             string
+	InsecureSkipCACheck bool
+	// Out receives the agent's account of each step.
+	Out io.Writer
+}
+
+// Run joins if needed, then stays running until ctx ends.
+func Run(ctx context.Context, cfg Config) error {
+	a := &agent{cfg: cfg, dir: dataDir(cfg.DataDir)}
+	machine, err := a.credential(ctx)
+	if err != nil {
+		return err
+	}
+	a.say("running as machine %s; waiting for work", machine)
+	<-ctx.Done()
+	return nil
+}
+
+type agent struct {
+	cfg Config
+	dir dataDir
+}
+
+func (a *agent) say(format string, args ...interface{}) {
+	fmt.Fprintf(a.cfg.Out, "muster-agent: "+format+"\n", args...)
+}
+
+// credential returns the machine name once the agent holds a working
+// certificate: the stored one, or a new one from joining.
+func (a *agent) credential(ctx context.Context) (string, error) {
+	id, err := a.dir.identity(a.cfg.NodeName, a.cfg.WithNodeID)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(a.dir.path(certFile)); err == nil {
+		machine, err := a.checkCertificate(ctx)
+		if err == nil {
+			a.say("using the stored certificate of machine %s (no re-registration)", machine)
+			return machine, nil
+		}
+		if !apierrors.IsForbidden(err) && !apierrors.IsUnauthorized(err) {
+			return "", fmt.Errorf("checking the stored certificate: %w", err)
+		}
+		a.say("the server refuses this machine's certificate: %v", err)
+		if a.token() == "" {
+			return "", fmt.Errorf("this machine's certificate is no longer valid (was the Machine deleted?): " +
+				"run the agent again with a new --token from 'muster-server token create' to re-register")
+		}
+	}
+	backoff := time.Second
+	for {
+		machine, err := a.join(ctx, id)
+		if err == nil {
+			return machine, nil
+		}
+		var fatal *fatalError
+		if errors.As(err, &fatal) {
+			return "", fatal.err
+		}
+		// Retries wait longer each time, with jitter, so a fleet restarting
+		// together does not retry in lockstep.
+		wait := backoff/2 + rand.N(backoff)
+		a.say("joining failed: %v; retrying in %s", err, wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(wait):
+		}
+		backoff = min(backoff*2, time.Minute)
+	}
+}
+
+// fatalError is a join failure that retrying cannot fix.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+
+func fatal(format string, args ...interface{}) error {
+	return &fatalError{fmt.Errorf(format, args...)}
+}
+
+// token is the join token from the flag, or the one kept from an
+// interrupted join.
+func (a *agent) token() string {
+	if a.cfg.Token != "" {
+		return a.cfg.Token
+	}
+	t, _ := a.dir.read(tokenFile)
+	return t
+}
+
+func (a *agent) join(ctx context.Context, id identity) (string, error) {
+	raw := a.token()
+	if raw == "" {
+		return "", fatal("no join token: pass --token (from 'muster-server token create')")
+	}
+	tok, err := jointoken.Parse(raw)
+	if err != nil {
+		return "", fatal("%v", err)
+	}
+	if err := a.dir.write(tokenFile, []byte(raw+"\n")); err != nil {
+		return "", fatal("keeping the join token in %s: %v", a.dir, err)
+	}
+
+	a.say("fetching the CA from %s/cacerts", a.cfg.Server)
+	ca, err := fetchCA(ctx, a.cfg.Server)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(ca)
+	switch {
+	case tok.CAHash == "" && !a.cfg.InsecureSkipCACheck:
+		return "", fatal("the token has no CA hash (K10<hash>::...), so the server cannot be verified: use the full token, or --insecure-skip-ca-check")
+	case tok.CAHash == "":
+		a.say("WARNING: not verifying the server's CA (--insecure-skip-ca-check): anyone on the path could impersonate the server")
+	case hex.EncodeToString(sum[:]) != tok.CAHash:
+		return "", fatal("the server's CA (sha256 %x) does not match the token's (%s): refusing to send any credential. "+
+			"Check --server, or get a token from this server", sum, tok.CAHash)
+	default:
+		a.say("verified the server's CA against the token (sha256 %s…)", tok.CAHash[:12])
+	}
+
+	key, keyPEM, err := pki.NewPrivateKey()
+	if err != nil {
+		return "", err
+	}
+	csr, err := pki.NewCSR(id.nodeName, key)
+	if err != nil {
+		return "", err
+	}
+	clientRandom, _ := randomHex(16)()
+	reg := &api.ClusterRegistration{
+		ObjectMeta: metav1.ObjectMeta{Name: api.RegistrationName(id.clientID, clientRandom)},
+		Spec: api.ClusterRegistrationSpec{
+			ClientID: id.clientID, ClientRandom: clientRandom, NodeName: id.nodeName,
+			Labels: a.cfg.Labels, Roles: a.cfg.Roles, CSR: csr, NodePassword: id.nodePassword,
+		},
+	}
+	bootstrap, err := versioned.NewForConfig(&rest.Config{
+		Host: a.cfg.Server, BearerToken: tok.Bearer(), TLSClientConfig: rest.TLSClientConfig{CAData: ca},
+	})
+	if err != nil {
+		return "", err
+	}
+	regs := bootstrap.MusterV1alpha1().ClusterRegistrations()
+	a.say("registering node %s (clientID %s)", id.nodeName, id.clientID)
+	if _, err := regs.Create(ctx, reg, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsInvalid(err) {
+			return "", fatal("the server refused the registration: %v", err)
+		}
+		return "", err
+	}
+
+	a.say("waiting for the registration to be granted")
+	var granted *api.ClusterRegistration
+	for granted == nil {
+		got, err := regs.Get(ctx, reg.Name, metav1.GetOptions{})
+		switch {
+		case err != nil && (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)):
+			return "", fatal("the server refused the registration: %v", err)
+		case err != nil:
+			return "", err
+		case got.Status.Phase == api.RegistrationPhaseGranted:
+			granted = got
+			continue
+		case got.Status.Phase == api.RegistrationPhaseDenied || got.Status.Phase == api.RegistrationPhaseExpired:
+			return "", fatal("the registration was %s: %s", strings.ToLower(string(got.Status.Phase)), got.Status.Message)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{caFile, ca}, {keyFile, keyPEM}, {certFile, granted.Status.Certificate}, {serverFile, []byte(a.cfg.Server + "\n")}} {
+		if err := a.dir.write(f.name, f.data); err != nil {
+			return "", fatal("storing %s: %v", f.name, err)
+		}
+	}
+	// The bootstrap credential has done its job; only the certificate is used from now on.
+	if err := os.Remove(a.dir.path(tokenFile)); err != nil && !os.IsNotExist(err) {
+		return "", fatal("removing the join token: %v", err)
+	}
+	a.say("stored the certificate of machine %s (cluster %s); removed the join token", granted.Status.Machine, granted.Status.Cluster)
+	return granted.Status.Machine, nil
+}
+
+// checkCertificate reads the agent's own Machine with its certificate.
+func (a *agent) checkCertificate(ctx context.Context) (string, error) {
+	c, err := a.client()
+	if err != nil {
+		return "", err
+	}
+	name, err := machineName(a.dir)
+	if err != nil {
+		return "", err
+	}
+	_, err = c.MusterV1alpha1().Machines().Get(ctx, name, metav1.GetOptions{})
+	return name, err
+}
+
+// client is the agent's certificate-authenticated client.
+func (a *agent) client() (versioned.Interface, error) {
+	server := a.cfg.Server
+	if s, err := a.dir.read(serverFile); err == nil && server == "" {
+		server = s
+	}
+	return versioned.NewForConfig(&rest.Config{
+		Host: server,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAFile: a.dir.path(caFile), CertFile: a.dir.path(certFile), KeyFile: a.dir.path(keyFile),
+		},
+	})
+}
+
+// machineName reads the Machine name from the stored certificate's CN.
+func machineName(d dataDir) (string, error) {
+	b, err := os.ReadFile(d.path(certFile))
+	if err != nil {
+		return "", err
+	}
+	certs, err := pki.ParseCertsPEM(b)
+	if err != nil || len(certs) == 0 {
+		return "", fmt.Errorf("%s is not a certificate: %v", d.path(certFile), err)
+	}
+	return strings.TrimPrefix(certs[0].Subject.CommonName, "muster:machine:"), nil
+}
+
+// fetchCA reads /cacerts without trusting the server yet: what it returns is
+// trusted only if its hash matches the token.
+func fetchCA(ctx context.Context, server string) ([]byte, error) {
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // verified by hash below
+	}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(server, "/")+"/cacerts", nil)
+	if err != nil {
+		return nil, fatal("--server %q is not a URL: %v", server, err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("reaching %s: %w", server, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s/cacerts answered %s", server, resp.Status)
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+}

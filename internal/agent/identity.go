@@ -1,0 +1,100 @@
+package agent
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/muster-io/muster/internal/nodepassword"
+	"github.com/muster-io/muster/internal/pki"
+)
+
+// Files in the agent's data dir. Everything secret is 0600 in a 0700 dir.
+const (
+	nodePasswordFile = "node-password"
+	clientIDFile     = "client-id"
+	nodeIDFile       = "node-id"
+	tokenFile        = "token"
+	keyFile          = "client.key"
+	certFile         = "client.crt"
+	caFile           = "ca.crt"
+	serverFile       = "server"
+)
+
+// dataDir is the agent's state on disk.
+type dataDir string
+
+func (d dataDir) path(name string) string { return filepath.Join(string(d), name) }
+
+func (d dataDir) read(name string) (string, error) {
+	b, err := os.ReadFile(d.path(name))
+	return strings.TrimSpace(string(b)), err
+}
+
+func (d dataDir) write(name string, data []byte) error {
+	return pki.WriteFileAtomic(d.path(name), data, 0o600)
+}
+
+// readOrCreate returns the value kept in name, generating it on first use:
+// the node password, the clientID and the node-id must survive restarts.
+func (d dataDir) readOrCreate(name string, generate func() (string, error)) (string, error) {
+	v, err := d.read(name)
+	if err == nil && v != "" {
+		return v, nil
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("reading %s: %w", d.path(name), err)
+	}
+	if v, err = generate(); err != nil {
+		return "", err
+	}
+	if err := d.write(name, []byte(v+"\n")); err != nil {
+		return "", fmt.Errorf("writing %s: %w; choose a writable --data-dir", d.path(name), err)
+	}
+	return v, nil
+}
+
+func randomHex(bytes int) func() (string, error) {
+	return func() (string, error) {
+		b := make([]byte, bytes)
+		if _, err := rand.Read(b); err != nil {
+			return "", err
+		}
+		return hex.EncodeToString(b), nil
+	}
+}
+
+// identity is what the agent presents about itself.
+type identity struct {
+	nodeName, nodePassword, clientID string
+}
+
+func (d dataDir) identity(nodeName string, withNodeID bool) (identity, error) {
+	if err := os.MkdirAll(string(d), 0o700); err != nil {
+		return identity{}, fmt.Errorf("creating data dir %s: %w; choose a writable --data-dir", d, err)
+	}
+	pw, err := d.readOrCreate(nodePasswordFile, nodepassword.Generate)
+	if err != nil {
+		return identity{}, err
+	}
+	if err := nodepassword.Validate(pw); err != nil {
+		return identity{}, fmt.Errorf("%s: %w", d.path(nodePasswordFile), err)
+	}
+	id, err := d.readOrCreate(clientIDFile, randomHex(16))
+	if err != nil {
+		return identity{}, err
+	}
+	if withNodeID {
+		suffix, err := d.readOrCreate(nodeIDFile, randomHex(4))
+		if err != nil {
+			return identity{}, err
+		}
+		nodeName = nodeName + "-" + suffix
+	}
+	return identity{nodeName: nodeName, nodePassword: pw, clientID: id}, nil
+}
