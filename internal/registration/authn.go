@@ -10,12 +10,14 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/muster-io/muster/internal/identity"
 	"github.com/muster-io/muster/internal/jointoken"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 	listers "github.com/muster-io/muster/pkg/client/listers/muster/v1alpha1"
 )
 
@@ -24,6 +26,7 @@ import (
 // datastore round trip; the cache is set once informers have synced.
 type TokenAuthenticator struct {
 	tokens atomic.Pointer[listers.ClusterRegistrationTokenLister]
+	client atomic.Pointer[versioned.Interface]
 	now    func() time.Time
 }
 
@@ -32,14 +35,18 @@ func NewTokenAuthenticator() *TokenAuthenticator {
 	return &TokenAuthenticator{now: time.Now}
 }
 
-// SetLister gives the authenticator its token cache.
-func (a *TokenAuthenticator) SetLister(l listers.ClusterRegistrationTokenLister) { a.tokens.Store(&l) }
+// SetLister gives the authenticator its token cache, and the client it reads
+// through when the cache has not seen a token yet.
+func (a *TokenAuthenticator) SetLister(l listers.ClusterRegistrationTokenLister, c versioned.Interface) {
+	a.client.Store(&c)
+	a.tokens.Store(&l)
+}
 
 // AuthenticateToken implements authenticator.Token. A wrong secret or an
 // unknown id is simply not authenticated (401, nothing revealed). A right
 // secret of an expired or revoked token authenticates into a group that may
 // do nothing, so the 403 can tell the operator why.
-func (a *TokenAuthenticator) AuthenticateToken(_ context.Context, value string) (*authenticator.Response, bool, error) {
+func (a *TokenAuthenticator) AuthenticateToken(ctx context.Context, value string) (*authenticator.Response, bool, error) {
 	tok, err := jointoken.Parse(value)
 	if err != nil || tok.CAHash != "" {
 		return nil, false, nil
@@ -49,6 +56,10 @@ func (a *TokenAuthenticator) AuthenticateToken(_ context.Context, value string) 
 		return nil, false, fmt.Errorf("join tokens are not loaded yet; retry in a few seconds")
 	}
 	obj, err := (*l).Get(tok.ID)
+	if apierrors.IsNotFound(err) {
+		// A token created a moment ago may not be in the cache yet.
+		obj, err = (*a.client.Load()).MusterV1alpha1().ClusterRegistrationTokens().Get(ctx, tok.ID, metav1.GetOptions{})
+	}
 	if apierrors.IsNotFound(err) {
 		return nil, false, nil
 	}

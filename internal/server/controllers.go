@@ -32,7 +32,7 @@ func startControllers(ctx context.Context, loopback *rest.Config, ca *pki.CA, to
 		// Join tokens are accepted once the cache holds them all, so that a
 		// valid token is never refused as unknown during start-up.
 		if cache.WaitForCacheSync(ctx.Done(), tokenInformer.Informer().HasSynced) {
-			tokens.SetLister(tokenInformer.Lister())
+			tokens.SetLister(tokenInformer.Lister(), client)
 		}
 	}()
 	go granter.Run(ctx, 4)

@@ -23,7 +23,7 @@ import (
 	"github.com/muster-io/muster/internal/pgtest"
 )
 
-var serverBin string
+var serverBin, agentBin string
 
 func TestMain(m *testing.M) {
 	os.Exit(pgtest.Main(func() int {
@@ -34,6 +34,14 @@ func TestMain(m *testing.M) {
 		}
 		defer cleanup()
 		serverBin = bin
+		agentBin = os.Getenv("MUSTER_AGENT_BIN")
+		if agentBin == "" {
+			agentBin = filepath.Join(filepath.Dir(bin), "muster-agent")
+			if out, err := exec.Command("go", "build", "-o", agentBin, "github.com/muster-io/muster/cmd/agent").CombinedOutput(); err != nil {
+				fmt.Fprintf(os.Stderr, "e2e: building muster-agent: %v\n%s", err, out)
+				return 1
+			}
+		}
 		if _, err := exec.LookPath("kubectl"); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e: kubectl is not on PATH; install it (apt-get install kubectl) — these tests drive the real kubectl")
 			return 1
