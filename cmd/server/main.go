@@ -43,7 +43,7 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.StringSliceVar(&cfg.TLSSANs, "tls-san", nil, "extra DNS name or IP for the serving certificate (repeatable)")
 	fl.StringVar(&cfg.DatastoreEndpoint, "datastore-endpoint", "", "datastore: empty for SQLite in the data dir, postgres://user:pass@host:port/db, or http(s)://etcd:2379")
 
-	cmd.AddCommand(newKubeconfigCommand(&cfg), newTokenCommand(&cfg))
+	cmd.AddCommand(newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg))
 	return cmd
 }
 

@@ -9,14 +9,16 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/muster-io/muster/internal/jointoken"
+	"github.com/muster-io/muster/internal/registration"
 	"github.com/muster-io/muster/internal/server"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
 
-func newTokenCommand(cfg *server.Config) *cobra.Command {
-	var kubeconfig string
-	client := func() (versioned.Interface, error) {
-		path := kubeconfig
+// adminClient returns a client for the server whose data dir is cfg.DataDir,
+// or for the one --kubeconfig names.
+func adminClient(cfg *server.Config, kubeconfig *string) func() (versioned.Interface, error) {
+	return func() (versioned.Interface, error) {
+		path := *kubeconfig
 		if path == "" {
 			path = filepath.Join(cfg.DataDir, "admin.kubeconfig")
 		}
@@ -26,6 +28,11 @@ func newTokenCommand(cfg *server.Config) *cobra.Command {
 		}
 		return versioned.NewForConfig(rc)
 	}
+}
+
+func newTokenCommand(cfg *server.Config) *cobra.Command {
+	var kubeconfig string
+	client := adminClient(cfg, &kubeconfig)
 	cmd := &cobra.Command{Use: "token", Short: "Create, list and revoke join tokens"}
 	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", "admin kubeconfig (default: <data-dir>/admin.kubeconfig)")
 
@@ -82,5 +89,31 @@ func newTokenCommand(cfg *server.Config) *cobra.Command {
 		},
 	}
 	cmd.AddCommand(create, list, revoke)
+	return cmd
+}
+
+func newRegistrationCommand(cfg *server.Config) *cobra.Command {
+	var kubeconfig, message string
+	client := adminClient(cfg, &kubeconfig)
+	cmd := &cobra.Command{Use: "registration", Short: "Approve or deny registrations made with manual-approval tokens"}
+	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", "admin kubeconfig (default: <data-dir>/admin.kubeconfig)")
+	cmd.PersistentFlags().StringVar(&message, "message", "", "note recorded in the registration's status")
+	for _, approve := range []bool{true, false} {
+		verb := map[bool]string{true: "approve", false: "deny"}[approve]
+		cmd.AddCommand(&cobra.Command{
+			Use: verb + " NAME", Short: verb + " a pending registration", Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, err := client()
+				if err != nil {
+					return err
+				}
+				if err := registration.Decide(cmd.Context(), c, args[0], approve, message); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "registration %s: %s\n", args[0], map[bool]string{true: "approved", false: "denied"}[approve])
+				return nil
+			},
+		})
+	}
 	return cmd
 }

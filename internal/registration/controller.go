@@ -160,6 +160,7 @@ func (c *Controller) grant(ctx context.Context, reg *api.ClusterRegistration) er
 		return err
 	}
 	klog.InfoS("Registration granted", "registration", reg.Name, "machine", machine.Name, "cluster", cluster)
+	c.bindPassword(ctx, machine.Name)
 	c.cleanupSuperseded(ctx, reg)
 	c.countUse(ctx, reg.Spec.TokenID)
 	return nil
@@ -250,6 +251,41 @@ func (c *Controller) countUse(ctx context.Context, tokenID string) {
 		t.Status.Registrations++
 		t.Status.LastUsed = &now
 		_, err = tokens.UpdateStatus(ctx, t, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// bindPassword records which Machine owns a node password, so that the
+// housekeeper deletes it with the Machine rather than as an orphan.
+func (c *Controller) bindPassword(ctx context.Context, node string) {
+	passwords := c.client.MusterV1alpha1().NodePasswords()
+	_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		np, err := passwords.Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		np.Status.Machine, np.Status.LastVerified = node, &now
+		_, err = passwords.UpdateStatus(ctx, np, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// Decide is an operator's approval or denial of a pending registration.
+// The state machine refuses it for a registration already decided, and the
+// 422 says which phase it is in.
+func Decide(ctx context.Context, client versioned.Interface, name string, approve bool, message string) error {
+	regs := client.MusterV1alpha1().ClusterRegistrations()
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		reg, err := regs.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("registration %q: %w (list them with 'kubectl get clusterregistrations')", name, err)
+		}
+		reg.Status.Phase, reg.Status.Reason, reg.Status.Message = api.RegistrationPhaseApproved, "ApprovedByOperator", message
+		if !approve {
+			reg.Status.Phase, reg.Status.Reason = api.RegistrationPhaseDenied, "DeniedByOperator"
+		}
+		_, err = regs.UpdateStatus(ctx, reg, metav1.UpdateOptions{})
 		return err
 	})
 }

@@ -26,6 +26,7 @@ func startControllers(ctx context.Context, loopback *rest.Config, ca *pki.CA, to
 	factory := informers.NewSharedInformerFactory(client, 0)
 	tokenInformer := factory.Muster().V1alpha1().ClusterRegistrationTokens()
 	granter := registration.NewController(client, factory, ca)
+	housekeeper := registration.NewHousekeeper(client, factory)
 	rules.SetClient(client)
 	factory.Start(ctx.Done())
 	go func() {
@@ -36,5 +37,6 @@ func startControllers(ctx context.Context, loopback *rest.Config, ca *pki.CA, to
 		}
 	}()
 	go granter.Run(ctx, 4)
+	go housekeeper.Run(ctx)
 	return nil
 }

@@ -1,0 +1,139 @@
+package registration
+
+import (
+	"context"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+	informers "github.com/muster-io/muster/pkg/client/informers/externalversions"
+	listers "github.com/muster-io/muster/pkg/client/listers/muster/v1alpha1"
+)
+
+// Housekeeping timings. k3s collects node-password secrets whose node never
+// appeared after 10 minutes; we do the same.
+const (
+	OrphanNodePasswordGrace = 10 * time.Minute
+	// PendingRegistrationTTL is how long a registration may wait for
+	// approval before it expires; the agent then has to ask again.
+	PendingRegistrationTTL = 24 * time.Hour
+	// ExpiredTokenRetention keeps expired and revoked tokens visible for a
+	// while before they are deleted.
+	ExpiredTokenRetention = 24 * time.Hour
+	housekeepingPeriod    = 30 * time.Second
+)
+
+// Housekeeper deletes what registration leaves behind: the NodePassword of a
+// deleted Machine (so the node can rejoin), NodePasswords whose Machine never
+// appeared, expired tokens, and registrations that waited too long.
+type Housekeeper struct {
+	client        versioned.Interface
+	machines      listers.MachineLister
+	passwords     listers.NodePasswordLister
+	tokens        listers.ClusterRegistrationTokenLister
+	registrations listers.ClusterRegistrationLister
+	synced        []cache.InformerSynced
+	now           func() time.Time
+}
+
+// NewHousekeeper wires the housekeeper to its informers.
+func NewHousekeeper(client versioned.Interface, factory informers.SharedInformerFactory) *Housekeeper {
+	v := factory.Muster().V1alpha1()
+	h := &Housekeeper{
+		client: client, machines: v.Machines().Lister(), passwords: v.NodePasswords().Lister(),
+		tokens: v.ClusterRegistrationTokens().Lister(), registrations: v.ClusterRegistrations().Lister(),
+		synced: []cache.InformerSynced{v.Machines().Informer().HasSynced, v.NodePasswords().Informer().HasSynced,
+			v.ClusterRegistrationTokens().Informer().HasSynced, v.ClusterRegistrations().Informer().HasSynced},
+		now: time.Now,
+	}
+	// A deleted Machine's password goes at once, so the node can rejoin.
+	_, _ = v.Machines().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj interface{}) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if m, ok := obj.(*api.Machine); ok {
+				h.deletePassword(context.Background(), m.Name, "its machine was deleted")
+			}
+		},
+	})
+	return h
+}
+
+// Run sweeps periodically until ctx ends.
+func (h *Housekeeper) Run(ctx context.Context) {
+	if !cache.WaitForCacheSync(ctx.Done(), h.synced...) {
+		return
+	}
+	wait.UntilWithContext(ctx, h.sweep, housekeepingPeriod)
+}
+
+func (h *Housekeeper) sweep(ctx context.Context) {
+	now := h.now()
+	passwords, _ := h.passwords.List(labels.Everything())
+	for _, np := range passwords {
+		if _, err := h.machines.Get(np.Name); !apierrors.IsNotFound(err) {
+			continue
+		}
+		switch {
+		case np.Status.Machine != "":
+			h.deletePassword(ctx, np.Name, "its machine was deleted")
+		case now.Sub(np.CreationTimestamp.Time) > OrphanNodePasswordGrace:
+			h.deletePassword(ctx, np.Name, "no machine appeared for it within the grace period")
+		}
+	}
+	tokens, _ := h.tokens.List(labels.Everything())
+	for _, t := range tokens {
+		switch {
+		case t.Status.Phase == api.TokenPhaseActive && t.Status.ExpiresAt != nil && !now.Before(t.Status.ExpiresAt.Time):
+			t = t.DeepCopy()
+			t.Status.Phase, t.Status.Reason = api.TokenPhaseExpired, "TTLPassed"
+			if _, err := h.client.MusterV1alpha1().ClusterRegistrationTokens().UpdateStatus(ctx, t, metav1.UpdateOptions{}); err != nil {
+				klog.ErrorS(err, "Expiring a join token", "token", t.Name)
+			}
+		case t.Status.Phase != api.TokenPhaseActive && lastTransition(t.Status.Transitions).Add(ExpiredTokenRetention).Before(now):
+			h.delete(ctx, "token", t.Name, h.client.MusterV1alpha1().ClusterRegistrationTokens().Delete)
+		}
+	}
+	regs, _ := h.registrations.List(labels.Everything())
+	for _, r := range regs {
+		waiting := r.Status.Phase == api.RegistrationPhasePending || r.Status.Phase == api.RegistrationPhaseApproved
+		if waiting && now.Sub(r.CreationTimestamp.Time) > PendingRegistrationTTL {
+			r = r.DeepCopy()
+			r.Status.Phase, r.Status.Reason = api.RegistrationPhaseExpired, "NotApprovedInTime"
+			r.Status.Message = "the registration waited longer than 24h; restart the agent with a valid token to ask again"
+			if _, err := h.client.MusterV1alpha1().ClusterRegistrations().UpdateStatus(ctx, r, metav1.UpdateOptions{}); err != nil {
+				klog.ErrorS(err, "Expiring a registration", "registration", r.Name)
+			}
+		}
+	}
+}
+
+func lastTransition(ts []api.Transition) time.Time {
+	if len(ts) == 0 {
+		return time.Time{}
+	}
+	return ts[len(ts)-1].Time.Time
+}
+
+func (h *Housekeeper) deletePassword(ctx context.Context, name, why string) {
+	if h.delete(ctx, "node password", name, h.client.MusterV1alpha1().NodePasswords().Delete) {
+		klog.InfoS("Deleted a node password", "node", name, "reason", why)
+	}
+}
+
+func (h *Housekeeper) delete(ctx context.Context, what, name string, del func(context.Context, string, metav1.DeleteOptions) error) bool {
+	err := del(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		klog.ErrorS(err, "Housekeeping delete failed", "kind", what, "name", name)
+		return false
+	}
+	return err == nil
+}
