@@ -11,6 +11,7 @@ import (
 	"k8s.io/component-base/cli"
 
 	"github.com/muster-io/muster/internal/bootstrap"
+	"github.com/muster-io/muster/internal/registration"
 	"github.com/muster-io/muster/internal/server"
 	"github.com/muster-io/muster/internal/version"
 )
@@ -42,6 +43,8 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.StringVar(&cfg.AdvertiseAddress, "advertise-address", "", "address agents and other servers use to reach this server (default: the first non-loopback IPv4)")
 	fl.StringSliceVar(&cfg.TLSSANs, "tls-san", nil, "extra DNS name or IP for the serving certificate (repeatable)")
 	fl.StringVar(&cfg.DatastoreEndpoint, "datastore-endpoint", "", "datastore: empty for SQLite in the data dir, postgres://user:pass@host:port/db, or http(s)://etcd:2379")
+
+	fl.DurationVar(&cfg.AgentCertificateValidity, "agent-certificate-validity", registration.DefaultCertificateValidity, "lifetime of the client certificates granted to agents; they renew at two thirds of it")
 
 	cmd.AddCommand(newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg))
 	return cmd

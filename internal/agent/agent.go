@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -49,6 +50,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	a.say("running as machine %s; waiting for work", machine)
+	a.rotate(ctx)
 	<-ctx.Done()
 	return nil
 }
@@ -157,59 +159,16 @@ func (a *agent) join(ctx context.Context, id identity) (string, error) {
 		a.say("verified the server's CA against the token (sha256 %s…)", tok.CAHash[:12])
 	}
 
-	key, keyPEM, err := pki.NewPrivateKey()
-	if err != nil {
-		return "", err
-	}
-	csr, err := pki.NewCSR(id.nodeName, key)
-	if err != nil {
-		return "", err
-	}
-	clientRandom, _ := randomHex(16)()
-	reg := &api.ClusterRegistration{
-		ObjectMeta: metav1.ObjectMeta{Name: api.RegistrationName(id.clientID, clientRandom)},
-		Spec: api.ClusterRegistrationSpec{
-			ClientID: id.clientID, ClientRandom: clientRandom, NodeName: id.nodeName,
-			Labels: a.cfg.Labels, Roles: a.cfg.Roles, CSR: csr, NodePassword: id.nodePassword,
-		},
-	}
 	bootstrap, err := versioned.NewForConfig(&rest.Config{
 		Host: a.cfg.Server, BearerToken: tok.Bearer(), TLSClientConfig: rest.TLSClientConfig{CAData: ca},
 	})
 	if err != nil {
 		return "", err
 	}
-	regs := bootstrap.MusterV1alpha1().ClusterRegistrations()
-	a.say("registering node %s (clientID %s)", id.nodeName, id.clientID)
-	if _, err := regs.Create(ctx, reg, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsInvalid(err) {
-			return "", fatal("the server refused the registration: %v", err)
-		}
+	granted, keyPEM, err := a.request(ctx, bootstrap, id)
+	if err != nil {
 		return "", err
 	}
-
-	a.say("waiting for the registration to be granted")
-	var granted *api.ClusterRegistration
-	for granted == nil {
-		got, err := regs.Get(ctx, reg.Name, metav1.GetOptions{})
-		switch {
-		case err != nil && (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)):
-			return "", fatal("the server refused the registration: %v", err)
-		case err != nil:
-			return "", err
-		case got.Status.Phase == api.RegistrationPhaseGranted:
-			granted = got
-			continue
-		case got.Status.Phase == api.RegistrationPhaseDenied || got.Status.Phase == api.RegistrationPhaseExpired:
-			return "", fatal("the registration was %s: %s", strings.ToLower(string(got.Status.Phase)), got.Status.Message)
-		}
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-
 	for _, f := range []struct {
 		name string
 		data []byte
@@ -226,16 +185,137 @@ func (a *agent) join(ctx context.Context, id identity) (string, error) {
 	return granted.Status.Machine, nil
 }
 
+// request asks for a certificate with a fresh key and waits for the grant:
+// with the join token when joining, with the current certificate when renewing.
+func (a *agent) request(ctx context.Context, c versioned.Interface, id identity) (*api.ClusterRegistration, []byte, error) {
+	key, keyPEM, err := pki.NewPrivateKey()
+	if err != nil {
+		return nil, nil, err
+	}
+	csr, err := pki.NewCSR(id.nodeName, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	clientRandom, _ := randomHex(16)()
+	reg := &api.ClusterRegistration{
+		ObjectMeta: metav1.ObjectMeta{Name: api.RegistrationName(id.clientID, clientRandom)},
+		Spec: api.ClusterRegistrationSpec{
+			ClientID: id.clientID, ClientRandom: clientRandom, NodeName: id.nodeName,
+			Labels: a.cfg.Labels, Roles: a.cfg.Roles, CSR: csr, NodePassword: id.nodePassword,
+		},
+	}
+	regs := c.MusterV1alpha1().ClusterRegistrations()
+	a.say("registering node %s (clientID %s)", id.nodeName, id.clientID)
+	if _, err := regs.Create(ctx, reg, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsInvalid(err) {
+			return nil, nil, fatal("the server refused the registration: %v", err)
+		}
+		return nil, nil, err
+	}
+	a.say("waiting for the registration to be granted")
+	// Poll briskly at first (a grant takes milliseconds), then back off
+	// for registrations that wait for an operator.
+	interval := 100 * time.Millisecond
+	for {
+		got, err := regs.Get(ctx, reg.Name, metav1.GetOptions{})
+		switch {
+		case err != nil && (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)):
+			return nil, nil, fatal("the server refused the registration: %v", err)
+		case err != nil:
+			return nil, nil, err
+		case got.Status.Phase == api.RegistrationPhaseGranted:
+			return got, keyPEM, nil
+		case got.Status.Phase == api.RegistrationPhaseDenied || got.Status.Phase == api.RegistrationPhaseExpired:
+			return nil, nil, fatal("the registration was %s: %s", strings.ToLower(string(got.Status.Phase)), got.Status.Message)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(interval):
+		}
+		interval = min(interval*2, 2*time.Second)
+	}
+}
+
+// rotate renews the certificate at two thirds of its lifetime, with the
+// certificate itself as the credential, until ctx ends.
+func (a *agent) rotate(ctx context.Context) {
+	id, err := a.dir.identity(a.cfg.NodeName, a.cfg.WithNodeID)
+	if err != nil {
+		a.say("cannot renew the certificate: %v", err)
+		return
+	}
+	retry := time.Second
+	for {
+		cert, err := a.certificate()
+		if err != nil {
+			a.say("cannot read the certificate to renew it: %v", err)
+			return
+		}
+		// Two thirds of the way from when the certificate was stored to
+		// its expiry: NotBefore is backdated for clock skew, so it would
+		// put the renewal too early.
+		stored := time.Now()
+		if fi, err := os.Stat(a.dir.path(certFile)); err == nil {
+			stored = fi.ModTime()
+		}
+		due := stored.Add(cert.NotAfter.Sub(stored) * 2 / 3)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(due)):
+		}
+		c, err := a.client()
+		if err == nil {
+			var granted *api.ClusterRegistration
+			var keyPEM []byte
+			if granted, keyPEM, err = a.request(ctx, c, id); err == nil {
+				// Key before certificate: a crash in between leaves a
+				// mismatched pair, which the next start detects and rejoins from.
+				if err = a.dir.write(keyFile, keyPEM); err == nil {
+					err = a.dir.write(certFile, granted.Status.Certificate)
+				}
+			}
+		}
+		if err != nil {
+			a.say("renewing the certificate failed: %v; retrying in %s", err, retry)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(retry):
+			}
+			retry = min(retry*2, 5*time.Minute)
+			continue
+		}
+		retry = time.Second
+		renewed, _ := a.certificate()
+		a.say("renewed the certificate; it is valid until %s", renewed.NotAfter.UTC().Format(time.RFC3339))
+	}
+}
+
+func (a *agent) certificate() (*x509.Certificate, error) {
+	b, err := os.ReadFile(a.dir.path(certFile))
+	if err != nil {
+		return nil, err
+	}
+	certs, err := pki.ParseCertsPEM(b)
+	if err != nil || len(certs) == 0 {
+		return nil, fmt.Errorf("%s holds no certificate: %v", a.dir.path(certFile), err)
+	}
+	return certs[0], nil
+}
+
 // checkCertificate reads the agent's own Machine with its certificate.
 func (a *agent) checkCertificate(ctx context.Context) (string, error) {
 	c, err := a.client()
 	if err != nil {
 		return "", err
 	}
-	name, err := machineName(a.dir)
+	cert, err := a.certificate()
 	if err != nil {
 		return "", err
 	}
+	name := strings.TrimPrefix(cert.Subject.CommonName, "muster:machine:")
 	_, err = c.MusterV1alpha1().Machines().Get(ctx, name, metav1.GetOptions{})
 	return name, err
 }
@@ -254,18 +334,6 @@ func (a *agent) client() (versioned.Interface, error) {
 	})
 }
 
-// machineName reads the Machine name from the stored certificate's CN.
-func machineName(d dataDir) (string, error) {
-	b, err := os.ReadFile(d.path(certFile))
-	if err != nil {
-		return "", err
-	}
-	certs, err := pki.ParseCertsPEM(b)
-	if err != nil || len(certs) == 0 {
-		return "", fmt.Errorf("%s is not a certificate: %v", d.path(certFile), err)
-	}
-	return strings.TrimPrefix(certs[0].Subject.CommonName, "muster:machine:"), nil
-}
 
 // fetchCA reads /cacerts without trusting the server yet: what it returns is
 // trusted only if its hash matches the token.

@@ -25,8 +25,9 @@ import (
 	listers "github.com/muster-io/muster/pkg/client/listers/muster/v1alpha1"
 )
 
-// CertificateValidity is how long a granted machine certificate is valid.
-const CertificateValidity = 365 * 24 * time.Hour
+// DefaultCertificateValidity is how long a granted machine certificate is
+// valid; agents renew at two thirds of it.
+const DefaultCertificateValidity = 365 * 24 * time.Hour
 
 // Controller drives ClusterRegistrations through their state machine:
 // Pending → Approved (at once, or by an operator for manual-approval tokens)
@@ -40,10 +41,11 @@ type Controller struct {
 	tokens        listers.ClusterRegistrationTokenLister
 	queue         workqueue.TypedRateLimitingInterface[string]
 	synced        []cache.InformerSynced
+	validity      time.Duration
 }
 
 // NewController wires the controller to its informers.
-func NewController(client versioned.Interface, factory informers.SharedInformerFactory, ca *pki.CA) *Controller {
+func NewController(client versioned.Interface, factory informers.SharedInformerFactory, ca *pki.CA, validity time.Duration) *Controller {
 	regs := factory.Muster().V1alpha1().ClusterRegistrations()
 	toks := factory.Muster().V1alpha1().ClusterRegistrationTokens()
 	c := &Controller{
@@ -53,6 +55,7 @@ func NewController(client versioned.Interface, factory informers.SharedInformerF
 		tokens:        toks.Lister(),
 		queue:         workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		synced:        []cache.InformerSynced{regs.Informer().HasSynced, toks.Informer().HasSynced},
+		validity:      validity,
 	}
 	enqueue := func(obj interface{}) {
 		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
@@ -140,16 +143,13 @@ func (c *Controller) grant(ctx context.Context, reg *api.ClusterRegistration) er
 	if err != nil {
 		return c.setPhase(ctx, reg, api.RegistrationPhaseDenied, "InvalidCSR", fmt.Sprintf("the certificate request is unusable: %v", err))
 	}
-	cluster, err := c.ensureCluster(ctx, reg)
+	machine, err := c.ensureMachine(ctx, reg)
 	if err != nil {
 		return err
 	}
-	machine, err := c.ensureMachine(ctx, reg, cluster)
-	if err != nil {
-		return err
-	}
+	cluster := machine.Spec.Cluster
 	cn, groups := identity.MachineSubject(machine.Name, string(machine.UID))
-	cert, err := c.ca.SignCSR(csr, cn, groups, CertificateValidity)
+	cert, err := c.ca.SignCSR(csr, cn, groups, c.validity)
 	if err != nil {
 		return c.setPhase(ctx, reg, api.RegistrationPhaseDenied, "InvalidCSR", fmt.Sprintf("the certificate request was refused: %v", err))
 	}
@@ -186,10 +186,14 @@ func (c *Controller) ensureCluster(ctx context.Context, reg *api.ClusterRegistra
 // ensureMachine returns the Machine of the registering node, creating it in
 // Registering. The node password was verified when the request was made, so
 // an existing Machine of this node name is this node's.
-func (c *Controller) ensureMachine(ctx context.Context, reg *api.ClusterRegistration, cluster string) (*api.Machine, error) {
+func (c *Controller) ensureMachine(ctx context.Context, reg *api.ClusterRegistration) (*api.Machine, error) {
 	machines := c.client.MusterV1alpha1().Machines()
 	m, err := machines.Get(ctx, reg.Spec.NodeName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
+		cluster, cerr := c.ensureCluster(ctx, reg)
+		if cerr != nil {
+			return nil, cerr
+		}
 		m, err = machines.Create(ctx, &api.Machine{
 			ObjectMeta: metav1.ObjectMeta{Name: reg.Spec.NodeName, Labels: reg.Spec.Labels},
 			Spec:       api.MachineSpec{Cluster: cluster, NodeName: reg.Spec.NodeName, Roles: reg.Spec.Roles, ClientID: reg.Spec.ClientID},

@@ -77,6 +77,14 @@ func (r *registrationREST) Create(ctx context.Context, obj runtime.Object, creat
 		// The token, not the body, says which token was used.
 		reg.Spec.TokenID = tokenID
 	}
+	if machine, _, ok := identity.Machine(u); ok {
+		// A machine renewing its certificate asks only for itself.
+		reg.Spec.TokenID = ""
+		if reg.Spec.NodeName != machine {
+			return nil, apierrors.NewForbidden(api.Resource("clusterregistrations"), reg.Name,
+				fmt.Errorf("machine %s may renew only its own certificate, not node %q's", machine, reg.Spec.NodeName))
+		}
+	}
 	if want := api.RegistrationName(reg.Spec.ClientID, reg.Spec.ClientRandom); reg.Name != want {
 		return nil, apierrors.NewInvalid(api.SchemeGroupVersion.WithKind("ClusterRegistration").GroupKind(), reg.Name,
 			field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), reg.Name,

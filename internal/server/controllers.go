@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -14,7 +15,7 @@ import (
 
 // startControllers runs the in-process controllers on the privileged
 // loopback client and hands the authenticator and authorizer their caches.
-func startControllers(ctx context.Context, loopback *rest.Config, ca *pki.CA, tokens *registration.TokenAuthenticator, rules *registration.Authorizer) error {
+func startControllers(ctx context.Context, loopback *rest.Config, ca *pki.CA, certValidity time.Duration, tokens *registration.TokenAuthenticator, rules *registration.Authorizer) error {
 	cfg := rest.CopyConfig(loopback)
 	// Controllers answer registration storms; client-side throttling at
 	// client-go's defaults would be the bottleneck, not the server.
@@ -25,7 +26,7 @@ func startControllers(ctx context.Context, loopback *rest.Config, ca *pki.CA, to
 	}
 	factory := informers.NewSharedInformerFactory(client, 0)
 	tokenInformer := factory.Muster().V1alpha1().ClusterRegistrationTokens()
-	granter := registration.NewController(client, factory, ca)
+	granter := registration.NewController(client, factory, ca, certValidity)
 	housekeeper := registration.NewHousekeeper(client, factory)
 	rules.SetClient(client)
 	factory.Start(ctx.Done())

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/klog/v2"
@@ -33,6 +34,8 @@ type Config struct {
 	// DatastoreEndpoint selects the datastore: empty for SQLite in DataDir,
 	// postgres:// for PostgreSQL, http(s):// for an external etcd.
 	DatastoreEndpoint string
+	// AgentCertificateValidity is the lifetime of the certificates granted to agents.
+	AgentCertificateValidity time.Duration
 }
 
 // DefaultDataDir is /var/lib/muster/server for root, ./muster-data otherwise,
@@ -100,7 +103,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	err = api.AddPostStartHook("muster-controllers", func(ctx context.Context) error {
-		return startControllers(ctx, api.LoopbackConfig(), state.CA, tokens, registrationRules)
+		return startControllers(ctx, api.LoopbackConfig(), state.CA, cfg.AgentCertificateValidity, tokens, registrationRules)
 	})
 	if err != nil {
 		return err

@@ -56,7 +56,7 @@ func TestJoinBadInputs(t *testing.T) {
 		{"wrong CA hash", "K10" + strings.Repeat("0", 64) + "::" + goodID + "." + strings.Repeat("c", 32), nil, []string{"does not match", "refusing to send any credential"}},
 		{"token without CA hash", goodID + ".abc", nil, []string{"malformed"}},
 		{"same node name, other password", good, []string{"--node-name", "taken"},
-			[]string{"403", "node password rejected", "restore its node-password file", "kubectl delete machine taken", "--with-node-id"}},
+			[]string{"is forbidden", "node password rejected", "restore its node-password file", "kubectl delete machine taken", "--with-node-id"}},
 	}
 	for _, tc := range agentCases {
 		t.Run(tc.name, func(t *testing.T) {
