@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"sort"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -118,4 +120,49 @@ func rssKiB(pid int) int {
 		}
 	}
 	return 0
+}
+
+// BenchmarkJoin: agent process start → "running as machine" (CA fetch and
+// pin, registration, grant, certificate stored), for 1 and for 50 agents
+// started at once, on each backend; p50 and p99 over the agents.
+func BenchmarkJoin(b *testing.B) {
+	for _, be := range backends {
+		for _, n := range []int{1, 50} {
+			b.Run(fmt.Sprintf("%s-%d-agents", be.name, n), func(b *testing.B) {
+				var all []time.Duration
+				for i := 0; i < b.N; i++ {
+					s := startServer(b, be.endpoint(b))
+					token := strings.TrimSpace(mustRun(b, serverBin, "token", "create", "--data-dir", s.dataDir))
+					var mu sync.Mutex
+					var wg sync.WaitGroup
+					for j := 0; j < n; j++ {
+						wg.Add(1)
+						go func(j int) {
+							defer wg.Done()
+							start := time.Now()
+							a := startAgent(b, s, b.TempDir(), "--token", token, "--node-name", fmt.Sprintf("bench-%d-%d", i, j))
+							a.waitOutput("running as machine", 2*time.Minute)
+							mu.Lock()
+							all = append(all, time.Since(start))
+							mu.Unlock()
+							a.kill()
+						}(j)
+					}
+					wg.Wait()
+					s.stop()
+				}
+				sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+				b.ReportMetric(float64(all[len(all)/2].Milliseconds()), "p50-ms")
+				b.ReportMetric(float64(all[(len(all)*99)/100].Milliseconds()), "p99-ms")
+			})
+		}
+	}
+}
+
+func mustRun(b *testing.B, bin string, args ...string) string {
+	out, err := exec.Command(bin, args...).Output()
+	if err != nil {
+		b.Fatalf("%s %v: %v", bin, args, err)
+	}
+	return string(out)
 }
