@@ -8,7 +8,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -X github.com/muster-io/muster/internal/version.Version=$(VERSION)
 # Test binaries are few and big (kine + apiserver); one package at a time keeps
 # memory and the shared 2 cores in check, and long timeouts cover a cold cache.
-TEST_FLAGS ?= -p 1 -timeout 45m
+TEST_FLAGS ?= -p 1 -count=1 -timeout 45m
 
 .PHONY: all build run test test-unit test-e2e vet generate verify-generated bench postgres-start postgres-stop clean
 

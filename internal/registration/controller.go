@@ -224,14 +224,17 @@ func (c *Controller) ensureMachine(ctx context.Context, reg *api.ClusterRegistra
 }
 
 // cleanupSuperseded deletes this agent's older registrations, so retries
-// never pile up (Fleet's orphaned-registration bug).
+// never pile up (Fleet's orphaned-registration bug). "Older" is one total
+// order (creation time, then name) that every grant agrees on, so when
+// several requests of one agent are granted at once exactly the newest
+// survives instead of each deleting the others.
 func (c *Controller) cleanupSuperseded(ctx context.Context, granted *api.ClusterRegistration) {
 	all, err := c.registrations.List(labels.Everything())
 	if err != nil {
 		return
 	}
 	for _, r := range all {
-		if r.Name == granted.Name || r.Spec.ClientID != granted.Spec.ClientID {
+		if r.Name == granted.Name || r.Spec.ClientID != granted.Spec.ClientID || !olderThan(r, granted) {
 			continue
 		}
 		err := c.client.MusterV1alpha1().ClusterRegistrations().Delete(ctx, r.Name, metav1.DeleteOptions{})
@@ -292,4 +295,11 @@ func Decide(ctx context.Context, client versioned.Interface, name string, approv
 		_, err = regs.UpdateStatus(ctx, reg, metav1.UpdateOptions{})
 		return err
 	})
+}
+
+func olderThan(a, b *api.ClusterRegistration) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Name < b.Name
 }

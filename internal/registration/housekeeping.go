@@ -103,6 +103,19 @@ func (h *Housekeeper) sweep(ctx context.Context) {
 		}
 	}
 	regs, _ := h.registrations.List(labels.Everything())
+	// Requests superseded by a newer granted one of the same agent: the
+	// grant deletes them, this catches any a grant's cache had not seen.
+	newest := map[string]*api.ClusterRegistration{}
+	for _, r := range regs {
+		if n := newest[r.Spec.ClientID]; r.Status.Phase == api.RegistrationPhaseGranted && (n == nil || olderThan(n, r)) {
+			newest[r.Spec.ClientID] = r
+		}
+	}
+	for _, r := range regs {
+		if n := newest[r.Spec.ClientID]; n != nil && olderThan(r, n) {
+			h.delete(ctx, "registration", r.Name, h.client.MusterV1alpha1().ClusterRegistrations().Delete)
+		}
+	}
 	for _, r := range regs {
 		waiting := r.Status.Phase == api.RegistrationPhasePending || r.Status.Phase == api.RegistrationPhaseApproved
 		if waiting && now.Sub(r.CreationTimestamp.Time) > PendingRegistrationTTL {

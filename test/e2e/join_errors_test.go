@@ -257,3 +257,44 @@ func TestFiftyAgentsJoinAtOnce(t *testing.T) {
 		t.Errorf("not all registrations granted: %s", out)
 	}
 }
+
+// TestConcurrentRegistrationsFromOneClient: retries and concurrent requests
+// from one clientID end as one Machine and one registration (Fleet once piled
+// up thousands of orphaned requests).
+func TestConcurrentRegistrationsFromOneClient(t *testing.T) {
+	s := startServer(t, "")
+	token := newToken(t, s)
+	caPEM, _ := os.ReadFile(filepath.Join(s.dataDir, "tls", "ca.crt"))
+	c := clientset.NewForConfigOrDie(&rest.Config{Host: fmt.Sprintf("https://127.0.0.1:%d", s.port),
+		BearerToken: token[strings.Index(token, "::")+2:], TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}})
+	const attempts = 8
+	var wg sync.WaitGroup
+	errs := make(chan error, attempts)
+	for i := 0; i < attempts; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			errs <- createRegistration(context.Background(), c, "retrying-node", func(r *api.ClusterRegistration) {
+				r.Spec.ClientRandom = fmt.Sprintf("attempt%d", i)
+				r.Name = api.RegistrationName(r.Spec.ClientID, r.Spec.ClientRandom)
+			})
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("a registration attempt failed: %v", err)
+		}
+	}
+	waitFor(t, 30*time.Second, "one granted registration left", func() bool {
+		out := s.mustKubectl("get", "clusterregistrations", "-o", "jsonpath={.items[*].status.phase}")
+		if out != "Granted" {
+			t.Logf("registrations: %s", out)
+		}
+		return out == "Granted"
+	})
+	if out := s.mustKubectl("get", "machines", "-o", "name"); strings.TrimSpace(out) != "machine.muster.io/retrying-node" {
+		t.Errorf("machines after %d attempts: %q", attempts, out)
+	}
+}
