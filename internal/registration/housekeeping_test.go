@@ -1,0 +1,92 @@
+package registration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	"github.com/muster-io/muster/pkg/client/clientset/versioned/fake"
+	informers "github.com/muster-io/muster/pkg/client/informers/externalversions"
+)
+
+// The sweep's rules depend on hours passing; it is tested with a moved
+// clock on the generated fake clientset. Its deletion of a deleted
+// Machine's password and the token refusals are tested end to end.
+func TestSweep(t *testing.T) {
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) metav1.Time { return metav1.NewTime(created.Add(d)) }
+	meta := func(name string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, CreationTimestamp: at(0)}
+	}
+	expiresAt := at(time.Hour)
+	objects := []runtime.Object{
+		&api.Machine{ObjectMeta: meta("alive")},
+		&api.NodePassword{ObjectMeta: meta("alive"), Status: api.NodePasswordStatus{Machine: "alive"}},
+		&api.NodePassword{ObjectMeta: meta("orphan")},
+		&api.NodePassword{ObjectMeta: meta("machine-gone"), Status: api.NodePasswordStatus{Machine: "machine-gone"}},
+		&api.ClusterRegistrationToken{ObjectMeta: meta("fresh1"), Status: api.ClusterRegistrationTokenStatus{Phase: api.TokenPhaseActive}},
+		&api.ClusterRegistrationToken{ObjectMeta: meta("ttl001"), Status: api.ClusterRegistrationTokenStatus{Phase: api.TokenPhaseActive, ExpiresAt: &expiresAt}},
+		&api.ClusterRegistrationToken{ObjectMeta: meta("old001"), Status: api.ClusterRegistrationTokenStatus{Phase: api.TokenPhaseRevoked,
+			Transitions: []api.Transition{{From: "Active", To: "Revoked", Event: "revoke", Time: at(time.Hour)}}}},
+		&api.ClusterRegistration{ObjectMeta: meta("stale"), Spec: api.ClusterRegistrationSpec{ClientID: "a"}, Status: api.ClusterRegistrationStatus{Phase: api.RegistrationPhasePending}},
+		&api.ClusterRegistration{ObjectMeta: meta("c-1"), Spec: api.ClusterRegistrationSpec{ClientID: "b"}, Status: api.ClusterRegistrationStatus{Phase: api.RegistrationPhaseGranted}},
+		&api.ClusterRegistration{ObjectMeta: meta("c-2"), Spec: api.ClusterRegistrationSpec{ClientID: "b"}, Status: api.ClusterRegistrationStatus{Phase: api.RegistrationPhaseGranted}},
+	}
+	client := fake.NewSimpleClientset(objects...)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	h := NewHousekeeper(client, factory)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), h.synced...) {
+		t.Fatal("caches did not sync")
+	}
+
+	h.now = func() time.Time { return created.Add(5 * time.Minute) }
+	h.sweep(ctx)
+	exists := func(get func() error) bool { return get() == nil }
+	nps := client.MusterV1alpha1().NodePasswords()
+	np := func(name string) func() error {
+		return func() error { _, err := nps.Get(ctx, name, metav1.GetOptions{}); return err }
+	}
+	if !exists(np("orphan")) {
+		t.Error("an orphan password was collected inside its grace period")
+	}
+	if exists(np("machine-gone")) {
+		t.Error("the password of a deleted machine was kept")
+	}
+	if !exists(np("alive")) {
+		t.Error("a live machine's password was deleted")
+	}
+	regs := client.MusterV1alpha1().ClusterRegistrations()
+	if _, err := regs.Get(ctx, "c-1", metav1.GetOptions{}); err == nil {
+		t.Error("a superseded granted registration was kept")
+	}
+	if _, err := regs.Get(ctx, "c-2", metav1.GetOptions{}); err != nil {
+		t.Error("the newest granted registration was deleted")
+	}
+
+	h.now = func() time.Time { return created.Add(26 * time.Hour) }
+	h.sweep(ctx)
+	if exists(np("orphan")) {
+		t.Error("an orphan password outlived its grace period")
+	}
+	tokens := client.MusterV1alpha1().ClusterRegistrationTokens()
+	if tok, _ := tokens.Get(ctx, "ttl001", metav1.GetOptions{}); tok == nil || tok.Status.Phase != api.TokenPhaseExpired {
+		t.Errorf("a token past its TTL is %v, want Expired", tok)
+	}
+	if _, err := tokens.Get(ctx, "old001", metav1.GetOptions{}); err == nil {
+		t.Error("a revoked token outlived its retention")
+	}
+	if tok, _ := tokens.Get(ctx, "fresh1", metav1.GetOptions{}); tok == nil || tok.Status.Phase != api.TokenPhaseActive {
+		t.Error("an active token without TTL was touched")
+	}
+	if r, _ := regs.Get(ctx, "stale", metav1.GetOptions{}); r == nil || r.Status.Phase != api.RegistrationPhaseExpired {
+		t.Errorf("a registration pending for over a day is %v, want Expired", r)
+	}
+}
