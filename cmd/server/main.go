@@ -11,6 +11,7 @@ import (
 	"k8s.io/component-base/cli"
 
 	"github.com/muster-io/muster/internal/bootstrap"
+	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/registration"
 	"github.com/muster-io/muster/internal/server"
 	"github.com/muster-io/muster/internal/version"
@@ -45,6 +46,8 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.StringVar(&cfg.DatastoreEndpoint, "datastore-endpoint", "", "datastore: empty for SQLite in the data dir, postgres://user:pass@host:port/db, or http(s)://etcd:2379")
 
 	fl.DurationVar(&cfg.AgentCertificateValidity, "agent-certificate-validity", registration.DefaultCertificateValidity, "lifetime of the client certificates granted to agents; they renew at two thirds of it")
+
+	fl.DurationVar(&cfg.AgentSilenceThreshold, "agent-silence-threshold", lifecycle.DefaultSilenceThreshold, "how long an agent may go unheard before its Machine is Unavailable (agents heartbeat every 5s)")
 
 	cmd.AddCommand(newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg))
 	return cmd

@@ -50,8 +50,17 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	a.say("running as machine %s; waiting for work", machine)
-	a.rotate(ctx)
-	<-ctx.Done()
+	for ctx.Err() == nil {
+		// The workers use a client made from the current certificate; after
+		// a renewal they start again with the new one.
+		wctx, stop := context.WithCancel(ctx)
+		if c, err := a.client(); err == nil {
+			go a.heartbeat(wctx, c, machine)
+			go a.runPlans(wctx, c, machine)
+		}
+		a.renewWhenDue(ctx)
+		stop()
+	}
 	return nil
 }
 
@@ -237,12 +246,14 @@ func (a *agent) request(ctx context.Context, c versioned.Interface, id identity)
 	}
 }
 
-// rotate renews the certificate at two thirds of its lifetime, with the
-// certificate itself as the credential, until ctx ends.
-func (a *agent) rotate(ctx context.Context) {
+// renewWhenDue waits until two thirds of the certificate's life and renews
+// it, with the certificate itself as the credential; it returns once it has
+// renewed, or when ctx ends.
+func (a *agent) renewWhenDue(ctx context.Context) {
 	id, err := a.dir.identity(a.cfg.NodeName, a.cfg.WithNodeID)
 	if err != nil {
 		a.say("cannot renew the certificate: %v", err)
+		<-ctx.Done()
 		return
 	}
 	retry := time.Second
@@ -250,6 +261,7 @@ func (a *agent) rotate(ctx context.Context) {
 		cert, err := a.certificate()
 		if err != nil {
 			a.say("cannot read the certificate to renew it: %v", err)
+			<-ctx.Done()
 			return
 		}
 		// Two thirds of the way from when the certificate was stored to
@@ -287,9 +299,9 @@ func (a *agent) rotate(ctx context.Context) {
 			retry = min(retry*2, 5*time.Minute)
 			continue
 		}
-		retry = time.Second
 		renewed, _ := a.certificate()
 		a.say("renewed the certificate; it is valid until %s", renewed.NotAfter.UTC().Format(time.RFC3339))
+		return
 	}
 }
 

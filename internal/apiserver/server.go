@@ -13,6 +13,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -50,6 +52,9 @@ type Config struct {
 	Tokens authenticator.Token
 	// AuthorizationRules are consulted after the built-in rules (admins, public paths).
 	AuthorizationRules []authorizer.AuthorizerFunc
+	// ObserveCaller, if set, is told the identity of every authenticated
+	// request (machine liveness); it must be cheap.
+	ObserveCaller func(user.Info)
 }
 
 // Server is a prepared API server.
@@ -64,6 +69,23 @@ func New(cfg Config) (*Server, error) {
 	// Priority and fairness needs kube-apiserver's flowcontrol API; the
 	// max-in-flight limits stand in for it.
 	rc.FlowControl = nil
+	// Agents hold watches open for many minutes; on SIGTERM they are ended
+	// (clients re-watch elsewhere) instead of holding the shutdown for the
+	// full request timeout.
+	rc.ShutdownWatchTerminationGracePeriod = 2 * time.Second
+	if observe := cfg.ObserveCaller; observe != nil {
+		rc.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
+			// Wrapped inside the default chain, so it runs after authentication.
+			inner := h
+			h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if u, ok := request.UserFrom(r.Context()); ok {
+					observe(u)
+				}
+				inner.ServeHTTP(w, r)
+			})
+			return genericapiserver.DefaultBuildHandlerChain(h, c)
+		}
+	}
 
 	serving := genericoptions.NewSecureServingOptions()
 	serving.BindAddress = cfg.BindAddress

@@ -160,6 +160,7 @@ func (c *Controller) grant(ctx context.Context, reg *api.ClusterRegistration) er
 		return err
 	}
 	klog.InfoS("Registration granted", "registration", reg.Name, "machine", machine.Name, "cluster", cluster)
+	c.ensurePlan(ctx, machine.Name)
 	c.bindPassword(ctx, machine.Name)
 	c.cleanupSuperseded(ctx, reg)
 	c.countUse(ctx, reg.Spec.TokenID)
@@ -209,15 +210,20 @@ func (c *Controller) ensureMachine(ctx context.Context, reg *api.ClusterRegistra
 		return nil, fmt.Errorf("machine %s is being deleted; the registration waits until it is gone", m.Name)
 	}
 	if m.Status.Phase == api.MachinePhasePending {
+		name := m.Name
 		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			cur, err := machines.Get(ctx, m.Name, metav1.GetOptions{})
-			if err != nil || cur.Status.Phase != api.MachinePhasePending {
-				m = cur
+			cur, err := machines.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
 				return err
 			}
-			cur.Status.Phase, cur.Status.Reason = api.MachinePhaseRegistering, "AgentRegistered"
-			m, err = machines.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
-			return err
+			if cur.Status.Phase == api.MachinePhasePending {
+				cur.Status.Phase, cur.Status.Reason = api.MachinePhaseRegistering, "AgentRegistered"
+				if cur, err = machines.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+					return err
+				}
+			}
+			m = cur
+			return nil
 		})
 	}
 	return m, err
@@ -302,4 +308,13 @@ func olderThan(a, b *api.ClusterRegistration) bool {
 		return a.CreationTimestamp.Before(&b.CreationTimestamp)
 	}
 	return a.Name < b.Name
+}
+
+// ensurePlan gives a new machine an empty plan: applying it is how the agent
+// shows it is bootstrapped. Operators replace it with real work.
+func (c *Controller) ensurePlan(ctx context.Context, machine string) {
+	_, err := c.client.MusterV1alpha1().MachinePlans().Create(ctx, &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: machine}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		klog.ErrorS(err, "Creating the initial plan", "machine", machine)
+	}
 }

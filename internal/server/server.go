@@ -15,6 +15,7 @@ import (
 
 	"github.com/muster-io/muster/internal/apiserver"
 	"github.com/muster-io/muster/internal/bootstrap"
+	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/registration"
 	"github.com/muster-io/muster/internal/store"
 )
@@ -36,6 +37,9 @@ type Config struct {
 	DatastoreEndpoint string
 	// AgentCertificateValidity is the lifetime of the certificates granted to agents.
 	AgentCertificateValidity time.Duration
+	// AgentSilenceThreshold is how long an agent may go unheard before its
+	// Machine is Unavailable.
+	AgentSilenceThreshold time.Duration
 }
 
 // DefaultDataDir is /var/lib/muster/server for root, ./muster-data otherwise,
@@ -86,6 +90,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 
 	tokens := registration.NewTokenAuthenticator()
+	liveness := lifecycle.NewTracker()
 	registrationRules := &registration.Authorizer{}
 	api, err := apiserver.New(apiserver.Config{
 		BindAddress:        bind,
@@ -98,12 +103,13 @@ func Run(ctx context.Context, cfg Config) error {
 		CompactionInterval: store.APIServerCompactionInterval,
 		Tokens:             tokens,
 		AuthorizationRules: []authorizer.AuthorizerFunc{registrationRules.Authorize},
+		ObserveCaller:      liveness.Observe,
 	})
 	if err != nil {
 		return err
 	}
 	err = api.AddPostStartHook("muster-controllers", func(ctx context.Context) error {
-		return startControllers(ctx, api.LoopbackConfig(), state.CA, cfg.AgentCertificateValidity, tokens, registrationRules)
+		return startControllers(ctx, api.LoopbackConfig(), state.CA, cfg, tokens, registrationRules, liveness)
 	})
 	if err != nil {
 		return err

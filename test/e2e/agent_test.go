@@ -97,8 +97,9 @@ func TestJoin(t *testing.T) {
 		a.waitOutput("running as machine edge-1", 60*time.Second)
 		t.Logf("join took %s", time.Since(start).Round(time.Millisecond))
 
-		out := s.mustKubectl("get", "machine", "edge-1", "-o", "jsonpath={.status.phase} {.spec.roles} {.metadata.labels.site}")
-		if out != `Registering ["worker"] 17` {
+		waitPhase(t, s, "edge-1", "Running", 30*time.Second)
+		out := s.mustKubectl("get", "machine", "edge-1", "-o", "jsonpath={.spec.roles} {.metadata.labels.site} {.status.transitions[0].event}")
+		if out != `["worker"] 17 register` {
 			t.Errorf("machine: %q", out)
 		}
 		if out := s.mustKubectl("get", "clusterregistrations", "-o", "jsonpath={.items[*].status.phase}"); out != "Granted" {

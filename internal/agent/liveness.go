@@ -1,0 +1,88 @@
+package agent
+
+import (
+	"context"
+	"net"
+	"os"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/muster-io/muster/internal/version"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+)
+
+// HeartbeatInterval is how often the agent shows the server it is alive.
+// A heartbeat is a read served from the server's watch cache: it costs no
+// datastore write (the server notes it in memory).
+const HeartbeatInterval = 5 * time.Second
+
+// checkIn reports the agent's version and addresses, writing only when they
+// changed; it reports whether the Machine now shows them.
+func (a *agent) checkIn(ctx context.Context, c versioned.Interface, machine string) bool {
+	machines := c.MusterV1alpha1().Machines()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		m, err := machines.Get(ctx, machine, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		addrs := addresses()
+		if m.Status.AgentVersion == version.Version && equalAddresses(m.Status.Addresses, addrs) {
+			return nil
+		}
+		m.Status.AgentVersion, m.Status.Addresses = version.Version, addrs
+		_, err = machines.UpdateStatus(ctx, m, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		a.say("checking in: %v", err)
+	}
+	return err == nil
+}
+
+// heartbeat shows the server the agent is alive, and checks in again until
+// a check-in has succeeded.
+func (a *agent) heartbeat(ctx context.Context, c versioned.Interface, machine string) {
+	t := time.NewTicker(HeartbeatInterval)
+	defer t.Stop()
+	checkedIn := a.checkIn(ctx, c, machine)
+	for {
+		if !checkedIn {
+			checkedIn = a.checkIn(ctx, c, machine)
+		}
+		_, _ = c.MusterV1alpha1().Machines().Get(ctx, machine, metav1.GetOptions{ResourceVersion: "0"})
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func addresses() []api.MachineAddress {
+	var out []api.MachineAddress
+	if h, err := os.Hostname(); err == nil {
+		out = append(out, api.MachineAddress{Type: api.MachineHostName, Address: h})
+	}
+	ifaces, _ := net.InterfaceAddrs()
+	for _, addr := range ifaces {
+		if ipn, ok := addr.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
+			out = append(out, api.MachineAddress{Type: api.MachineInternalIP, Address: ipn.IP.String()})
+		}
+	}
+	return out
+}
+
+func equalAddresses(a, b []api.MachineAddress) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

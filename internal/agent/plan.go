@@ -1,0 +1,276 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/tools/cache"
+
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+	informers "github.com/muster-io/muster/pkg/client/informers/externalversions"
+)
+
+const (
+	defaultInstructionTimeout = 300 * time.Second
+	defaultProbeTimeout       = 5 * time.Second
+	maxOutput                 = 4 << 10
+)
+
+// planRunner applies the machine's MachinePlan with Rancher's protocol: it
+// writes in-progress with the plan's checksum BEFORE doing anything, so a
+// crash mid-plan is seen on restart and the plan runs again; then
+// succeeded or failed with the output and the failure count.
+type planRunner struct {
+	a       *agent
+	client  versioned.Interface
+	machine string
+	kick    chan struct{}
+}
+
+func (a *agent) runPlans(ctx context.Context, client versioned.Interface, machine string) {
+	r := &planRunner{a: a, client: client, machine: machine, kick: make(chan struct{}, 1)}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 10*time.Minute,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			// Only its own plan: the server authorizes nothing else.
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", machine).String()
+		}))
+	plans := factory.Muster().V1alpha1().MachinePlans()
+	_, _ = plans.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(interface{}) { r.poke() },
+		UpdateFunc: func(_, _ interface{}) { r.poke() },
+	})
+	factory.Start(ctx.Done())
+	retry := time.Duration(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+		case <-time.After(max(retry, time.Minute)):
+		}
+		plan, err := plans.Lister().Get(machine)
+		if err != nil {
+			continue
+		}
+		again, err := r.apply(ctx, plan.DeepCopy())
+		if err != nil {
+			r.a.say("plan: %v", err)
+		}
+		retry = 0
+		if again {
+			// A failed attempt under the limit is retried after a pause
+			// that grows with the failures.
+			retry = time.Duration(plan.Status.FailureCount+1) * time.Second
+			go func() {
+				time.Sleep(retry)
+				r.poke()
+			}()
+		}
+	}
+}
+
+func (r *planRunner) poke() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// apply runs plan if it has not been applied; it returns whether to retry.
+func (r *planRunner) apply(ctx context.Context, plan *api.MachinePlan) (bool, error) {
+	st := plan.Status
+	if st.Checksum == "" {
+		return false, nil
+	}
+	if st.AppliedChecksum == st.Checksum && st.State == api.PlanStateSucceeded {
+		return false, nil
+	}
+	max := plan.Spec.MaxFailures
+	if st.State == api.PlanStateFailed && st.FailureCount >= max {
+		return false, nil // failed for good; a new plan resets it
+	}
+	plans := r.client.MusterV1alpha1().MachinePlans()
+	plan.Status.State = api.PlanStateInProgress
+	plan, err := plans.UpdateStatus(ctx, plan, metav1.UpdateOptions{})
+	if err != nil {
+		if apierrors.IsConflict(err) {
+			return false, nil // the plan changed under us; the watch brings the new one
+		}
+		return true, fmt.Errorf("recording in-progress: %w", err)
+	}
+	r.a.say("applying plan %s", short(plan.Status.Checksum))
+	outputs, runErr := runPlan(ctx, &plan.Spec)
+	probes, healthy := runProbes(ctx, plan.Spec.Probes)
+
+	now := metav1.Now()
+	plan.Status.Output, plan.Status.Probes, plan.Status.LastAppliedTime = outputs, probes, &now
+	if runErr == nil {
+		plan.Status.State, plan.Status.AppliedChecksum, plan.Status.FailureCount = api.PlanStateSucceeded, plan.Status.Checksum, 0
+		if !healthy {
+			r.a.say("plan %s applied; some probes are unhealthy", short(plan.Status.Checksum))
+		}
+	} else {
+		plan.Status.State = api.PlanStateFailed
+		plan.Status.FailureCount++
+		r.a.say("plan %s failed (%d of %d): %v", short(plan.Status.Checksum), plan.Status.FailureCount, max, runErr)
+	}
+	if _, err := plans.UpdateStatus(ctx, plan, metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsConflict(err) {
+			return false, nil
+		}
+		return true, fmt.Errorf("reporting the result: %w", err)
+	}
+	if runErr == nil {
+		r.a.say("plan %s succeeded", short(plan.Status.Checksum))
+		return false, nil
+	}
+	return plan.Status.FailureCount < max, nil
+}
+
+func short(sum string) string {
+	if len(sum) > 12 {
+		return sum[:12]
+	}
+	return sum
+}
+
+// runPlan writes the files, then runs the instructions in order; the first
+// failing instruction stops the plan.
+func runPlan(ctx context.Context, spec *api.MachinePlanSpec) ([]api.InstructionOutput, error) {
+	for _, f := range spec.Files {
+		if err := applyFile(f); err != nil {
+			return nil, err
+		}
+	}
+	var outputs []api.InstructionOutput
+	for _, in := range spec.Instructions {
+		timeout := defaultInstructionTimeout
+		if in.TimeoutSeconds > 0 {
+			timeout = time.Duration(in.TimeoutSeconds) * time.Second
+		}
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		cmd := exec.CommandContext(cctx, in.Command, in.Args...)
+		cmd.Env = append(os.Environ(), in.Env...)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		res := api.InstructionOutput{Name: in.Name, ExitCode: int32(cmd.ProcessState.ExitCode())}
+		if cmd.ProcessState == nil {
+			res.ExitCode = -1
+		}
+		if in.SaveOutput || err != nil {
+			res.Output = truncate(out)
+		}
+		outputs = append(outputs, res)
+		if err != nil {
+			if cctx.Err() == context.DeadlineExceeded {
+				return outputs, fmt.Errorf("instruction %s timed out after %s", in.Name, timeout)
+			}
+			return outputs, fmt.Errorf("instruction %s: %v", in.Name, err)
+		}
+	}
+	return outputs, nil
+}
+
+// applyFile writes a file atomically with its mode (or deletes it).
+func applyFile(f api.PlanFile) error {
+	if f.Delete {
+		if err := os.Remove(f.Path); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("deleting %s: %w", f.Path, err)
+		}
+		return nil
+	}
+	mode := os.FileMode(0o600)
+	if f.Mode != 0 {
+		mode = os.FileMode(f.Mode)
+	}
+	if err := os.MkdirAll(filepath.Dir(f.Path), 0o755); err != nil {
+		return fmt.Errorf("creating the directory of %s: %w", f.Path, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(f.Path), "."+filepath.Base(f.Path)+".muster-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", f.Path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.WriteString(f.Content); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", f.Path, err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), f.Path)
+}
+
+func runProbes(ctx context.Context, probes []api.PlanProbe) ([]api.ProbeStatus, bool) {
+	healthy := true
+	var out []api.ProbeStatus
+	for _, p := range probes {
+		timeout := defaultProbeTimeout
+		if p.TimeoutSeconds > 0 {
+			timeout = time.Duration(p.TimeoutSeconds) * time.Second
+		}
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		err := probe(cctx, p)
+		cancel()
+		st := api.ProbeStatus{Name: p.Name, Healthy: err == nil}
+		if err != nil {
+			st.Message = truncate([]byte(err.Error()))
+			healthy = false
+		}
+		out = append(out, st)
+	}
+	return out, healthy
+}
+
+func probe(ctx context.Context, p api.PlanProbe) error {
+	switch {
+	case p.Exec != nil:
+		out, err := exec.CommandContext(ctx, p.Exec.Command, p.Exec.Args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, bytes.TrimSpace(out))
+		}
+		return nil
+	case p.HTTPGet != nil:
+		client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: p.HTTPGet.InsecureSkipVerify}}} //nolint:gosec // operator's choice per probe
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.HTTPGet.URL, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode >= 400 {
+			return fmt.Errorf("%s answered %s", p.HTTPGet.URL, resp.Status)
+		}
+		return nil
+	}
+	return fmt.Errorf("probe %s has no type", p.Name)
+}
+
+func truncate(b []byte) string {
+	if len(b) > maxOutput {
+		b = append(b[:maxOutput-3:maxOutput-3], "..."...)
+	}
+	return string(b)
+}

@@ -1,0 +1,351 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/muster-io/muster/internal/fsm"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+	informers "github.com/muster-io/muster/pkg/client/informers/externalversions"
+	listers "github.com/muster-io/muster/pkg/client/listers/muster/v1alpha1"
+)
+
+const (
+	// Finalizer holds a deleted Machine until it has gone through
+	// Draining and Deleting and its plan and node password are gone.
+	Finalizer = "muster.io/machine-lifecycle"
+	// LastSeenPersistInterval bounds how stale the stored lastSeen of a
+	// live machine may get: at most one write per machine per interval.
+	LastSeenPersistInterval = 10 * time.Minute
+	// DefaultSilenceThreshold: an agent not heard from for this long is Unavailable.
+	DefaultSilenceThreshold = 40 * time.Second
+)
+
+// Controller is the lifecycle controller.
+type Controller struct {
+	client    versioned.Interface
+	machines  listers.MachineLister
+	plans     listers.MachinePlanLister
+	clusters  listers.ClusterLister
+	tracker   *Tracker
+	silence   time.Duration
+	queue     workqueue.TypedRateLimitingInterface[string]
+	clusterQ  workqueue.TypedRateLimitingInterface[string]
+	synced    []cache.InformerSynced
+	now       func() time.Time
+}
+
+// NewController wires the controller to its informers.
+func NewController(client versioned.Interface, factory informers.SharedInformerFactory, tracker *Tracker, silence time.Duration) *Controller {
+	v := factory.Muster().V1alpha1()
+	c := &Controller{
+		client: client, machines: v.Machines().Lister(), plans: v.MachinePlans().Lister(), clusters: v.Clusters().Lister(),
+		tracker: tracker, silence: silence, now: time.Now,
+		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		clusterQ: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		synced:   []cache.InformerSynced{v.Machines().Informer().HasSynced, v.MachinePlans().Informer().HasSynced, v.Clusters().Informer().HasSynced},
+	}
+	byName := func(obj interface{}) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			c.queue.Add(key)
+		}
+	}
+	machineChanged := func(obj interface{}) {
+		byName(obj)
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if m, ok := obj.(*api.Machine); ok {
+			c.clusterQ.Add(m.Spec.Cluster)
+		}
+	}
+	_, _ = v.Machines().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: machineChanged, UpdateFunc: func(_, o interface{}) { machineChanged(o) }, DeleteFunc: machineChanged,
+	})
+	// A plan is named after its machine.
+	_, _ = v.MachinePlans().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: byName, UpdateFunc: func(_, o interface{}) { byName(o) },
+	})
+	_, _ = v.Clusters().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(o interface{}) { c.clusterQ.Add(o.(*api.Cluster).Name) },
+	})
+	tracker.onReturn = func(name string) { c.queue.Add(name) }
+	return c
+}
+
+// Run reconciles until ctx ends. A periodic pass over every machine notices
+// agents that fell silent (silence produces no event).
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	defer c.clusterQ.ShutDown()
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return
+	}
+	for i := 0; i < workers; i++ {
+		go wait.UntilWithContext(ctx, func(ctx context.Context) { process(ctx, c.queue, c.syncMachine) }, time.Second)
+	}
+	go wait.UntilWithContext(ctx, func(ctx context.Context) { process(ctx, c.clusterQ, c.syncCluster) }, time.Second)
+	wait.UntilWithContext(ctx, func(context.Context) {
+		ms, _ := c.machines.List(labels.Everything())
+		for _, m := range ms {
+			c.queue.Add(m.Name)
+		}
+	}, c.silence/4)
+}
+
+func process(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], sync func(context.Context, string) error) {
+	for {
+		key, quit := q.Get()
+		if quit {
+			return
+		}
+		if err := sync(ctx, key); err != nil {
+			if !apierrors.IsConflict(err) {
+				klog.ErrorS(err, "Lifecycle sync failed; will retry", "key", key)
+			}
+			q.AddRateLimited(key)
+		} else {
+			q.Forget(key)
+		}
+		q.Done(key)
+	}
+}
+
+// syncMachine takes at most one transition per call; the resulting update
+// brings the machine back through the queue for the next one.
+func (c *Controller) syncMachine(ctx context.Context, name string) error {
+	m, err := c.machines.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.tracker.forget(name)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if m.DeletionTimestamp != nil {
+		return c.finalize(ctx, m)
+	}
+	if !hasFinalizer(m) {
+		m = m.DeepCopy()
+		m.Finalizers = append(m.Finalizers, Finalizer)
+		_, err := c.client.MusterV1alpha1().Machines().Update(ctx, m, metav1.UpdateOptions{})
+		return err
+	}
+	plan, err := c.plans.Get(name)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	now := c.now()
+	seen := c.tracker.LastSeen(name)
+	live := !seen.IsZero() && now.Sub(seen) < c.silence
+	event, reason := decide(m, plan, live)
+
+	next := m.DeepCopy()
+	if event != "" {
+		to, err := fsm.Machine.Fire(string(m.Status.Phase), event)
+		if err != nil {
+			return fmt.Errorf("machine %s: %w", name, err)
+		}
+		next.Status.Phase, next.Status.Reason = api.MachinePhase(to), reason
+	}
+	if plan != nil {
+		next.Status.PlanState = plan.Status.State
+	}
+	if live && (m.Status.LastSeen == nil || event != "" || now.Sub(m.Status.LastSeen.Time) > LastSeenPersistInterval) {
+		t := metav1.NewTime(seen)
+		next.Status.LastSeen = &t
+	}
+	if event == "" && next.Status.PlanState == m.Status.PlanState && next.Status.LastSeen.Equal(m.Status.LastSeen) {
+		return nil
+	}
+	_, err = c.client.MusterV1alpha1().Machines().UpdateStatus(ctx, next, metav1.UpdateOptions{})
+	if err == nil && event != "" {
+		klog.InfoS("Machine transition", "machine", name, "from", m.Status.Phase, "to", next.Status.Phase, "event", event, "reason", reason)
+	}
+	return err
+}
+
+// decide returns the event a machine should take now, if any, and why.
+func decide(m *api.Machine, plan *api.MachinePlan, live bool) (event, reason string) {
+	applied := plan != nil && plan.Status.Checksum != "" && plan.Status.State == api.PlanStateSucceeded &&
+		plan.Status.AppliedChecksum == plan.Status.Checksum && probesHealthy(plan)
+	failedForGood := plan != nil && plan.Status.State == api.PlanStateFailed && plan.Status.FailureCount >= plan.Spec.MaxFailures
+	newPlan := plan != nil && plan.Status.Checksum != plan.Status.AppliedChecksum && !failedForGood && plan.Status.FailureCount == 0
+
+	switch m.Status.Phase {
+	case api.MachinePhaseRegistering:
+		if live && m.Status.AgentVersion != "" {
+			return "agent-checked-in", "AgentCheckedIn"
+		}
+	case api.MachinePhaseBootstrapping, api.MachinePhaseUpdating:
+		switch {
+		case failedForGood:
+			return "plan-failed", "PlanFailed"
+		case applied:
+			return "plan-applied", "PlanApplied"
+		case !live:
+			return "agent-silent", "AgentSilent"
+		}
+	case api.MachinePhaseRunning:
+		switch {
+		case !live:
+			return "agent-silent", "AgentSilent"
+		case newPlan:
+			return "plan-changed", "PlanChanged"
+		case failedForGood:
+			return "plan-failed", "PlanFailed"
+		}
+	case api.MachinePhaseUnavailable:
+		if live {
+			return "agent-returned", "AgentReturned"
+		}
+	case api.MachinePhaseFailed:
+		if newPlan {
+			return "plan-fixed", "NewPlan"
+		}
+	}
+	return "", ""
+}
+
+func probesHealthy(p *api.MachinePlan) bool {
+	for _, s := range p.Status.Probes {
+		if !s.Healthy {
+			return false
+		}
+	}
+	return true
+}
+
+func hasFinalizer(m *api.Machine) bool {
+	for _, f := range m.Finalizers {
+		if f == Finalizer {
+			return true
+		}
+	}
+	return false
+}
+
+// finalize takes a deleted machine through Draining and Deleting to
+// Deleted, removing its plan and node password, then lets it go.
+func (c *Controller) finalize(ctx context.Context, m *api.Machine) error {
+	if !hasFinalizer(m) {
+		return nil
+	}
+	machines := c.client.MusterV1alpha1().Machines()
+	step := func(event, reason string) error {
+		to, err := fsm.Machine.Fire(string(m.Status.Phase), event)
+		if err != nil {
+			return err
+		}
+		next := m.DeepCopy()
+		next.Status.Phase, next.Status.Reason = api.MachinePhase(to), reason
+		_, err = machines.UpdateStatus(ctx, next, metav1.UpdateOptions{})
+		return err
+	}
+	switch m.Status.Phase {
+	case api.MachinePhaseDraining:
+		// A custom machine has nothing to drain; a driver would cordon and
+		// evict here.
+		return step("drained", "Drained")
+	case api.MachinePhaseDeleting:
+		if err := c.client.MusterV1alpha1().MachinePlans().Delete(ctx, m.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		if err := c.client.MusterV1alpha1().NodePasswords().Delete(ctx, m.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		return step("finalized", "Finalized")
+	case api.MachinePhaseDeleted:
+		next := m.DeepCopy()
+		next.Finalizers = nil
+		for _, f := range m.Finalizers {
+			if f != Finalizer {
+				next.Finalizers = append(next.Finalizers, f)
+			}
+		}
+		_, err := machines.Update(ctx, next, metav1.UpdateOptions{})
+		return err
+	default:
+		return step("drain", "DeletionRequested")
+	}
+}
+
+// syncCluster keeps a cluster's counts and phase in step with its machines.
+func (c *Controller) syncCluster(ctx context.Context, name string) error {
+	cl, err := c.clusters.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ms, err := c.machines.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	var total, ready int32
+	checkedIn, unhealthy := false, false
+	for _, m := range ms {
+		if m.Spec.Cluster != name {
+			continue
+		}
+		total++
+		switch m.Status.Phase {
+		case api.MachinePhaseRunning:
+			ready++
+		case api.MachinePhaseUnavailable, api.MachinePhaseFailed:
+			unhealthy = true
+		}
+		switch m.Status.Phase {
+		case api.MachinePhaseBootstrapping, api.MachinePhaseRunning, api.MachinePhaseUpdating, api.MachinePhaseUnavailable, api.MachinePhaseFailed:
+			checkedIn = true
+		}
+	}
+	var event, reason string
+	switch cl.Status.Phase {
+	case api.ClusterPhasePending:
+		event, reason = "await-check-in", "WaitingForAgents"
+	case api.ClusterPhaseWaitCheckIn:
+		if checkedIn {
+			event, reason = "agent-checked-in", "AgentCheckedIn"
+		}
+	case api.ClusterPhaseActive:
+		if unhealthy {
+			event, reason = "machine-unhealthy", "MachineUnhealthy"
+		}
+	case api.ClusterPhaseDegraded:
+		if !unhealthy {
+			event, reason = "machines-healthy", "MachinesHealthy"
+		}
+	}
+	if event == "" && cl.Status.Machines == total && cl.Status.ReadyMachines == ready {
+		return nil
+	}
+	next := cl.DeepCopy()
+	next.Status.Machines, next.Status.ReadyMachines = total, ready
+	if event != "" {
+		to, err := fsm.Cluster.Fire(string(cl.Status.Phase), event)
+		if err != nil {
+			return err
+		}
+		next.Status.Phase, next.Status.Reason = api.ClusterPhase(to), reason
+	}
+	_, err = c.client.MusterV1alpha1().Clusters().UpdateStatus(ctx, next, metav1.UpdateOptions{})
+	if err == nil && event != "" {
+		// One transition per pass; the next may follow at once.
+		c.clusterQ.Add(name)
+	}
+	return err
+}

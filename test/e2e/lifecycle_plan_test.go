@@ -1,0 +1,156 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// applyPlan applies a MachinePlan for machine from a spec written in YAML.
+func applyPlan(t *testing.T, s *server, machine, spec string) {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "plan.yaml")
+	doc := fmt.Sprintf("apiVersion: muster.io/v1alpha1\nkind: MachinePlan\nmetadata:\n  name: %s\nspec:\n%s", machine, spec)
+	if err := os.WriteFile(f, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.mustKubectl("apply", "--server-side", "--force-conflicts", "-f", f)
+}
+
+func waitPhase(t *testing.T, s *server, machine, phase string, timeout time.Duration) {
+	t.Helper()
+	out, err := s.kubectl("wait", "machine/"+machine, "--for=jsonpath={.status.phase}="+phase, fmt.Sprintf("--timeout=%ds", int(timeout.Seconds())))
+	if err != nil {
+		got := s.mustKubectl("get", "machine", machine, "-o", "jsonpath={.status.phase} {.status.transitions[*].event}")
+		t.Fatalf("machine %s did not reach %s: %v\n%s\nnow: %s", machine, phase, err, out, got)
+	}
+}
+
+// TestMachineLifecycle: a joined machine runs its plans through the whole
+// lifecycle, on SQLite and PostgreSQL.
+func TestMachineLifecycle(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, endpoint string) {
+		s := startServer(t, endpoint, "--agent-silence-threshold", "6s")
+		work := t.TempDir()
+		agentDir := t.TempDir()
+		a := startAgent(t, s, agentDir, "--token", newToken(t, s), "--node-name", "life-1")
+		a.waitOutput("running as machine life-1", 30*time.Second)
+		waitPhase(t, s, "life-1", "Running", 30*time.Second)
+
+		// A new plan: Updating, then Running, with the file written.
+		conf := filepath.Join(work, "etc", "app.conf")
+		applyPlan(t, s, "life-1", fmt.Sprintf(`  files:
+  - path: %s
+    content: "version = 2\n"
+    mode: 416
+  instructions:
+  - name: show
+    command: /bin/cat
+    args: [%q]
+    saveOutput: true
+`, conf, conf))
+		waitPhase(t, s, "life-1", "Running", 30*time.Second)
+		waitFor(t, 30*time.Second, "the new plan to be applied", func() bool {
+			out, _ := s.kubectl("get", "machineplan", "life-1", "-o", "jsonpath={.status.state}/{.status.output[0].output}")
+			return out == "succeeded/version = 2\n"
+		})
+		b, err := os.ReadFile(conf)
+		fi, _ := os.Stat(conf)
+		if err != nil || string(b) != "version = 2\n" || fi.Mode().Perm() != 0o640 {
+			t.Errorf("plan file: %q %v mode %v", b, err, fi.Mode().Perm())
+		}
+		events := s.mustKubectl("get", "machine", "life-1", "-o", "jsonpath={.status.transitions[*].event}")
+		if !strings.Contains(events, "plan-changed plan-applied") {
+			t.Errorf("no Updating→Running in the history: %s", events)
+		}
+
+		// A failing command is retried up to maxFailures, then the machine is Failed.
+		applyPlan(t, s, "life-1", `  maxFailures: 2
+  instructions:
+  - name: broken
+    command: /bin/sh
+    args: ["-c", "echo disk full >&2; exit 3"]
+`)
+		waitPhase(t, s, "life-1", "Failed", 60*time.Second)
+		if out := s.mustKubectl("get", "machineplan", "life-1", "-o", "jsonpath={.status.failureCount} {.status.output[0].exitCode} {.status.output[0].output}"); out != "2 3 disk full\n" {
+			t.Errorf("failed plan status: %q", out)
+		}
+		// A fixed plan leaves Failed.
+		applyPlan(t, s, "life-1", `  instructions:
+  - name: fixed
+    command: /bin/true
+`)
+		waitPhase(t, s, "life-1", "Running", 30*time.Second)
+
+		// A silent agent makes the machine Unavailable; its return, Running.
+		a.kill()
+		start := time.Now()
+		waitPhase(t, s, "life-1", "Unavailable", 30*time.Second)
+		t.Logf("silent agent detected after %s (threshold 6s)", time.Since(start).Round(100*time.Millisecond))
+		if out := s.mustKubectl("get", "cluster", "-o", "jsonpath={.items[0].status.phase}"); out != "Degraded" {
+			t.Errorf("cluster with an unavailable machine is %q, want Degraded", out)
+		}
+		b2 := startAgent(t, s, agentDir, "--node-name", "life-1")
+		b2.waitOutput("using the stored certificate", 30*time.Second)
+		waitPhase(t, s, "life-1", "Running", 30*time.Second)
+
+		// Every recorded transition is one the state machine allows.
+		assertLegalHistory(t, s, "life-1")
+
+		// Deletion: Draining → Deleting → gone, with its plan and password.
+		s.mustKubectl("delete", "machine", "life-1", "--timeout=60s")
+		for _, kind := range []string{"machine", "machineplan", "nodepassword"} {
+			if out, err := s.kubectl("get", kind, "life-1"); err == nil {
+				t.Errorf("%s life-1 still exists after delete:\n%s", kind, out)
+			}
+		}
+	})
+}
+
+// assertLegalHistory checks each recorded transition against the previous one.
+func assertLegalHistory(t *testing.T, s *server, machine string) {
+	t.Helper()
+	from := strings.Fields(s.mustKubectl("get", "machine", machine, "-o", "jsonpath={.status.transitions[*].from}"))
+	to := strings.Fields(s.mustKubectl("get", "machine", machine, "-o", "jsonpath={.status.transitions[*].to}"))
+	for i := 1; i < len(from); i++ {
+		if from[i] != to[i-1] {
+			t.Errorf("history broken at %d: %v → %v", i, from, to)
+		}
+	}
+}
+
+// TestPlanSurvivesAgentCrash: kill -9 the agent in the middle of a plan
+// that takes seconds; on restart it runs the plan again and reports it.
+func TestPlanSurvivesAgentCrash(t *testing.T) {
+	s := startServer(t, "")
+	dir, work := t.TempDir(), t.TempDir()
+	a := startAgent(t, s, dir, "--token", newToken(t, s), "--node-name", "crash-1")
+	a.waitOutput("running as machine crash-1", 30*time.Second)
+	waitPhase(t, s, "crash-1", "Running", 30*time.Second)
+	marker := filepath.Join(work, "runs")
+	applyPlan(t, s, "crash-1", fmt.Sprintf(`  instructions:
+  - name: slow
+    command: /bin/sh
+    args: ["-c", "echo run >> %s; sleep 3"]
+`, marker))
+	waitFor(t, 30*time.Second, "the plan to be in progress", func() bool {
+		out, _ := s.kubectl("get", "machineplan", "crash-1", "-o", "jsonpath={.status.state}")
+		return out == "in-progress"
+	})
+	a.kill()
+	b := startAgent(t, s, dir, "--node-name", "crash-1")
+	b.waitOutput("succeeded", 60*time.Second)
+	out := s.mustKubectl("get", "machineplan", "crash-1", "-o", "jsonpath={.status.state} {.status.checksum} {.status.appliedChecksum}")
+	f := strings.Fields(out)
+	if len(f) != 3 || f[0] != "succeeded" || f[1] != f[2] {
+		t.Errorf("after the crash the plan status is %q", out)
+	}
+	runs, _ := os.ReadFile(marker)
+	if strings.Count(string(runs), "run") != 2 {
+		t.Errorf("the plan ran %d times, want 2 (interrupted, then again)", strings.Count(string(runs), "run"))
+	}
+	waitPhase(t, s, "crash-1", "Running", 30*time.Second)
+}
