@@ -346,7 +346,6 @@ func (a *agent) client() (versioned.Interface, error) {
 	})
 }
 
-
 // fetchCA reads /cacerts without trusting the server yet: what it returns is
 // trusted only if its hash matches the token.
 func fetchCA(ctx context.Context, server string) ([]byte, error) {

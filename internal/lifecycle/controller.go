@@ -34,16 +34,16 @@ const (
 
 // Controller is the lifecycle controller.
 type Controller struct {
-	client    versioned.Interface
-	machines  listers.MachineLister
-	plans     listers.MachinePlanLister
-	clusters  listers.ClusterLister
-	tracker   *Tracker
-	silence   time.Duration
-	queue     workqueue.TypedRateLimitingInterface[string]
-	clusterQ  workqueue.TypedRateLimitingInterface[string]
-	synced    []cache.InformerSynced
-	now       func() time.Time
+	client   versioned.Interface
+	machines listers.MachineLister
+	plans    listers.MachinePlanLister
+	clusters listers.ClusterLister
+	tracker  *Tracker
+	silence  time.Duration
+	queue    workqueue.TypedRateLimitingInterface[string]
+	clusterQ workqueue.TypedRateLimitingInterface[string]
+	synced   []cache.InformerSynced
+	now      func() time.Time
 }
 
 // NewController wires the controller to its informers.

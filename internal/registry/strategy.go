@@ -30,10 +30,10 @@ type statusStrategy struct {
 	strategy
 }
 
-func (strategy) NamespaceScoped() bool                          { return false }
-func (strategy) AllowCreateOnUpdate(context.Context) bool       { return false }
-func (strategy) AllowUnconditionalUpdate(context.Context) bool  { return true }
-func (strategy) Canonicalize(runtime.Object)                    {}
+func (strategy) NamespaceScoped() bool                                     { return false }
+func (strategy) AllowCreateOnUpdate(context.Context) bool                  { return false }
+func (strategy) AllowUnconditionalUpdate(context.Context) bool             { return true }
+func (strategy) Canonicalize(runtime.Object)                               {}
 func (strategy) WarningsOnCreate(context.Context, runtime.Object) []string { return nil }
 func (strategy) WarningsOnUpdate(context.Context, runtime.Object, runtime.Object) []string {
 	return nil

@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/k3s-io/kine/pkg/endpoint"
 	"github.com/k3s-io/kine/pkg/drivers/sqlite"
+	"github.com/k3s-io/kine/pkg/endpoint"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 )

@@ -3,8 +3,8 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"os/exec"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"

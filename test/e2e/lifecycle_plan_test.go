@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/muster-io/muster/internal/fsm"
 )
 
 // applyPlan applies a MachinePlan for machine from a spec written in YAML.
@@ -110,14 +112,23 @@ func TestMachineLifecycle(t *testing.T) {
 	})
 }
 
-// assertLegalHistory checks each recorded transition against the previous one.
+// assertLegalHistory checks that every recorded transition is an event of
+// the Machine state machine and that the records form one unbroken chain.
 func assertLegalHistory(t *testing.T, s *server, machine string) {
 	t.Helper()
-	from := strings.Fields(s.mustKubectl("get", "machine", machine, "-o", "jsonpath={.status.transitions[*].from}"))
-	to := strings.Fields(s.mustKubectl("get", "machine", machine, "-o", "jsonpath={.status.transitions[*].to}"))
-	for i := 1; i < len(from); i++ {
-		if from[i] != to[i-1] {
-			t.Errorf("history broken at %d: %v → %v", i, from, to)
+	get := func(field string) []string {
+		return strings.Fields(s.mustKubectl("get", "machine", machine, "-o", "jsonpath={.status.transitions[*]."+field+"}"))
+	}
+	from, to, events := get("from"), get("to"), get("event")
+	if len(from) == 0 || len(from) != len(to) || len(to) != len(events) {
+		t.Fatalf("%s history is malformed: %v %v %v", machine, from, to, events)
+	}
+	for i := range from {
+		if got, err := fsm.Machine.Fire(from[i], events[i]); err != nil || got != to[i] {
+			t.Errorf("%s transition %d %s -%s-> %s is not legal: %v", machine, i, from[i], events[i], to[i], err)
+		}
+		if i > 0 && from[i] != to[i-1] {
+			t.Errorf("%s history broken at %d: %v → %v", machine, i, from, to)
 		}
 	}
 }
