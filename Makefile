@@ -35,7 +35,7 @@ test: build
 # 1,000 objects on SQLite and PostgreSQL). Prints them; asserts nothing.
 bench: build
 	mkdir -p bench/out
-	MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/e2e | tee bench/out/server.txt
+	MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server MUSTER_AGENT_BIN=$(CURDIR)/$(BIN)/muster-agent $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/e2e | tee bench/out/server.txt
 
 generate:
 	hack/update-codegen.sh

@@ -339,6 +339,9 @@ func (a *agent) client() (versioned.Interface, error) {
 		server = s
 	}
 	return versioned.NewForConfig(&rest.Config{
+		// client-go's default of 5 requests/s would queue a plan's status
+		// writes behind heartbeats and renewals.
+		QPS: 50, Burst: 100,
 		Host: server,
 		TLSClientConfig: rest.TLSClientConfig{
 			CAFile: a.dir.path(caFile), CertFile: a.dir.path(certFile), KeyFile: a.dir.path(keyFile),

@@ -166,3 +166,93 @@ func mustRun(b *testing.B, bin string, args ...string) string {
 	}
 	return string(out)
 }
+
+// BenchmarkPlanLatency: a plan change written by an admin → the agent
+// reported it succeeded (status.appliedChecksum == status.checksum), one
+// joined agent, 20 changes in a row, on each backend.
+func BenchmarkPlanLatency(b *testing.B) {
+	for _, be := range backends {
+		b.Run(be.name, func(b *testing.B) {
+			var lat []time.Duration
+			for i := 0; i < b.N; i++ {
+				s := startServer(b, be.endpoint(b))
+				token := strings.TrimSpace(mustRun(b, serverBin, "token", "create", "--data-dir", s.dataDir))
+				a := startAgent(b, s, b.TempDir(), "--token", token, "--node-name", "latency")
+				a.waitOutput("running as machine", time.Minute)
+				cs := adminClient(b, s)
+				plans := cs.MusterV1alpha1().MachinePlans()
+				ctx := context.Background()
+				for k := 0; k < 20; k++ {
+					p, err := plans.Get(ctx, "latency", metav1.GetOptions{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					p.Spec.Instructions = []v1alpha1.PlanInstruction{{Name: "n", Command: "/bin/true", Args: []string{fmt.Sprint(k)}}}
+					start := time.Now()
+					p, err = plans.Update(ctx, p, metav1.UpdateOptions{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					want := p.Status.Checksum
+					for {
+						got, err := plans.Get(ctx, "latency", metav1.GetOptions{})
+						if err == nil && got.Status.Checksum == want && got.Status.AppliedChecksum == want && got.Status.State == v1alpha1.PlanStateSucceeded {
+							break
+						}
+						if time.Since(start) > time.Minute {
+							b.Fatalf("plan %d not applied within a minute", k)
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+					lat = append(lat, time.Since(start))
+				}
+				a.kill()
+				s.stop()
+			}
+			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(lat[(len(lat)*99)/100].Microseconds())/1000, "p99-ms")
+		})
+	}
+}
+
+// BenchmarkIdleWrites: datastore writes (kine revisions) while 5 joined,
+// Running agents sit idle for 60 s, per agent per hour.
+func BenchmarkIdleWrites(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		s := startServer(b, "")
+		token := strings.TrimSpace(mustRun(b, serverBin, "token", "create", "--data-dir", s.dataDir))
+		const agents = 5
+		for j := 0; j < agents; j++ {
+			a := startAgent(b, s, b.TempDir(), "--token", token, "--node-name", fmt.Sprintf("idle-%d", j))
+			a.waitOutput("running as machine", time.Minute)
+		}
+		cs := adminClient(b, s)
+		time.Sleep(10 * time.Second) // let joins settle into Running
+		revision := func() int64 {
+			l, err := cs.MusterV1alpha1().Machines().List(context.Background(), metav1.ListOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			rv, _ := strconv.ParseInt(l.ResourceVersion, 10, 64)
+			return rv
+		}
+		const window = 60 * time.Second
+		r0 := revision()
+		time.Sleep(window)
+		writes := revision() - r0
+		b.ReportMetric(float64(writes), "writes-in-60s")
+		b.ReportMetric(float64(writes)/agents*float64(time.Hour/window), "writes/agent/hour")
+		s.stop()
+	}
+}
+
+func adminClient(b *testing.B, s *server) clientset.Interface {
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The measuring client must not be the bottleneck (client-go's default is 5/s).
+	cfg.QPS, cfg.Burst = 1000, 1000
+	return clientset.NewForConfigOrDie(cfg)
+}
