@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
@@ -36,6 +37,8 @@ type planRunner struct {
 	client  versioned.Interface
 	machine string
 	kick    chan struct{}
+	// stopProbes ends the probe loop of the plan applied last.
+	stopProbes context.CancelFunc
 }
 
 func (a *agent) runPlans(ctx context.Context, client versioned.Interface, machine string) {
@@ -133,9 +136,88 @@ func (r *planRunner) apply(ctx context.Context, plan *api.MachinePlan) (bool, er
 	}
 	if runErr == nil {
 		r.a.say("plan %s succeeded", short(plan.Status.Checksum))
+		r.watchProbes(ctx, plan.Spec.Probes, probes)
 		return false, nil
 	}
 	return plan.Status.FailureCount < max, nil
+}
+
+// watchProbes keeps probing the applied plan every periodSeconds and
+// reports a probe's status when it flips: unhealthy after failureThreshold
+// failures in a row, healthy again after successThreshold successes.
+func (r *planRunner) watchProbes(ctx context.Context, probes []api.PlanProbe, initial []api.ProbeStatus) {
+	if r.stopProbes != nil {
+		r.stopProbes()
+		r.stopProbes = nil
+	}
+	if len(probes) == 0 {
+		return
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	r.stopProbes = cancel
+	for i, p := range probes {
+		go r.probeLoop(pctx, p, initial[i].Healthy)
+	}
+}
+
+func (r *planRunner) probeLoop(ctx context.Context, p api.PlanProbe, healthy bool) {
+	period := 10 * time.Second
+	if p.PeriodSeconds > 0 {
+		period = time.Duration(p.PeriodSeconds) * time.Second
+	}
+	successes, failures := int32(0), int32(0)
+	needSuccess, needFailure := max(p.SuccessThreshold, 1), p.FailureThreshold
+	if needFailure == 0 {
+		needFailure = 3
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(period):
+		}
+		timeout := defaultProbeTimeout
+		if p.TimeoutSeconds > 0 {
+			timeout = time.Duration(p.TimeoutSeconds) * time.Second
+		}
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		err := probe(cctx, p)
+		cancel()
+		if err == nil {
+			successes, failures = successes+1, 0
+		} else {
+			successes, failures = 0, failures+1
+		}
+		flip := (!healthy && successes >= needSuccess) || (healthy && failures >= needFailure)
+		if !flip {
+			continue
+		}
+		healthy = !healthy
+		st := api.ProbeStatus{Name: p.Name, Healthy: healthy}
+		if err != nil {
+			st.Message = truncate([]byte(err.Error()))
+		}
+		r.a.say("probe %s is now healthy=%v", p.Name, healthy)
+		r.reportProbe(ctx, st)
+	}
+}
+
+// reportProbe writes one probe's status into the plan's status.
+func (r *planRunner) reportProbe(ctx context.Context, st api.ProbeStatus) {
+	plans := r.client.MusterV1alpha1().MachinePlans()
+	_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		plan, err := plans.Get(ctx, r.machine, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range plan.Status.Probes {
+			if plan.Status.Probes[i].Name == st.Name {
+				plan.Status.Probes[i] = st
+			}
+		}
+		_, err = plans.UpdateStatus(ctx, plan, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 func short(sum string) string {

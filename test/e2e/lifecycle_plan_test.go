@@ -165,3 +165,40 @@ func TestPlanSurvivesAgentCrash(t *testing.T) {
 	}
 	waitPhase(t, s, "crash-1", "Running", 30*time.Second)
 }
+
+// TestProbesGateRunning: a machine whose plan applied but whose probe fails
+// is not Running; when the probe passes it is, and a later failure past the
+// threshold is reported in the plan's status.
+func TestProbesGateRunning(t *testing.T) {
+	s := startServer(t, "")
+	a := startAgent(t, s, t.TempDir(), "--token", newToken(t, s), "--node-name", "probed-1")
+	a.waitOutput("running as machine probed-1", 30*time.Second)
+	waitPhase(t, s, "probed-1", "Running", 30*time.Second)
+	ready := filepath.Join(t.TempDir(), "ready")
+	applyPlan(t, s, "probed-1", fmt.Sprintf(`  probes:
+  - name: ready-file
+    periodSeconds: 1
+    failureThreshold: 2
+    exec:
+      command: /usr/bin/test
+      args: ["-f", %q]
+`, ready))
+	waitFor(t, 30*time.Second, "the plan to be applied with its probe failing", func() bool {
+		out, _ := s.kubectl("get", "machineplan", "probed-1", "-o", "jsonpath={.status.state} {.status.probes[0].healthy}")
+		return out == "succeeded false"
+	})
+	if phase := s.mustKubectl("get", "machine", "probed-1", "-o", "jsonpath={.status.phase}"); phase != "Updating" {
+		t.Errorf("with a failing probe the machine is %s, want Updating", phase)
+	}
+	if err := os.WriteFile(ready, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, s, "probed-1", "Running", 30*time.Second)
+	if err := os.Remove(ready); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the probe failure to be reported", func() bool {
+		out, _ := s.kubectl("get", "machineplan", "probed-1", "-o", "jsonpath={.status.probes[0].healthy}")
+		return out == "false"
+	})
+}
