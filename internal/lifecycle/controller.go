@@ -208,8 +208,13 @@ func decide(m *api.Machine, plan *api.MachinePlan, live bool) (event, reason str
 			return "plan-failed", "PlanFailed"
 		}
 	case api.MachinePhaseUnavailable:
-		if live {
+		// The state machine cannot remember where the machine went silent
+		// from, so the plan says where it comes back to.
+		switch {
+		case live && applied:
 			return "agent-returned", "AgentReturned"
+		case live:
+			return "agent-returned-mid-plan", "AgentReturned"
 		}
 	case api.MachinePhaseFailed:
 		if newPlan {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -31,13 +32,12 @@ func startControllers(ctx context.Context, loopback *rest.Config, ca *pki.CA, cf
 	machines := lifecycle.NewController(client, factory, liveness, cfg.AgentSilenceThreshold)
 	rules.SetClient(client)
 	factory.Start(ctx.Done())
-	go func() {
-		// Join tokens are accepted once the cache holds them all, so that a
-		// valid token is never refused as unknown during start-up.
-		if cache.WaitForCacheSync(ctx.Done(), tokenInformer.Informer().HasSynced) {
-			tokens.SetLister(tokenInformer.Lister(), client)
-		}
-	}()
+	// The hook returns (and /readyz turns ready) only once every join token
+	// is in the cache, so a valid token is never refused during start-up.
+	if !cache.WaitForCacheSync(ctx.Done(), tokenInformer.Informer().HasSynced) {
+		return fmt.Errorf("join tokens could not be loaded from the datastore")
+	}
+	tokens.SetLister(tokenInformer.Lister(), client)
 	go granter.Run(ctx, 4)
 	go housekeeper.Run(ctx)
 	go machines.Run(ctx, 4)
