@@ -176,13 +176,7 @@ func (r *planRunner) probeLoop(ctx context.Context, p api.PlanProbe, healthy boo
 			return
 		case <-time.After(period):
 		}
-		timeout := defaultProbeTimeout
-		if p.TimeoutSeconds > 0 {
-			timeout = time.Duration(p.TimeoutSeconds) * time.Second
-		}
-		cctx, cancel := context.WithTimeout(ctx, timeout)
-		err := probe(cctx, p)
-		cancel()
+		err := probe(ctx, p)
 		if err == nil {
 			successes, failures = successes+1, 0
 		} else {
@@ -306,13 +300,7 @@ func runProbes(ctx context.Context, probes []api.PlanProbe) ([]api.ProbeStatus, 
 	healthy := true
 	var out []api.ProbeStatus
 	for _, p := range probes {
-		timeout := defaultProbeTimeout
-		if p.TimeoutSeconds > 0 {
-			timeout = time.Duration(p.TimeoutSeconds) * time.Second
-		}
-		cctx, cancel := context.WithTimeout(ctx, timeout)
-		err := probe(cctx, p)
-		cancel()
+		err := probe(ctx, p)
 		st := api.ProbeStatus{Name: p.Name, Healthy: err == nil}
 		if err != nil {
 			st.Message = truncate([]byte(err.Error()))
@@ -323,7 +311,14 @@ func runProbes(ctx context.Context, probes []api.PlanProbe) ([]api.ProbeStatus, 
 	return out, healthy
 }
 
+// probe runs p once, bounded by its timeout.
 func probe(ctx context.Context, p api.PlanProbe) error {
+	timeout := defaultProbeTimeout
+	if p.TimeoutSeconds > 0 {
+		timeout = time.Duration(p.TimeoutSeconds) * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	switch {
 	case p.Exec != nil:
 		out, err := exec.CommandContext(ctx, p.Exec.Command, p.Exec.Args...).CombinedOutput()
