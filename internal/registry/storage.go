@@ -15,6 +15,7 @@ func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter) ([]*St
 		func() (*Storage, error) { return NewStorage(MachinePlan, typer, optsGetter) },
 		func() (*Storage, error) { return NewStorage(NodePassword, typer, optsGetter) },
 		func() (*Storage, error) { return NewStorage(ServerEndpoint, typer, optsGetter) },
+		func() (*Storage, error) { return NewStorage(ControllerLease, typer, optsGetter) },
 	}
 	var all []*Storage
 	byResource := map[string]*Storage{}

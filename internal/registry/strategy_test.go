@@ -17,7 +17,7 @@ import (
 func TestKindsHaveTheConventionalShape(t *testing.T) {
 	kinds := []kindInfo{
 		Cluster.erase(), ClusterRegistrationToken.erase(), ClusterRegistration.erase(),
-		Machine.erase(), MachinePlan.erase(), NodePassword.erase(), ServerEndpoint.erase(),
+		Machine.erase(), MachinePlan.erase(), NodePassword.erase(), ServerEndpoint.erase(), ControllerLease.erase(),
 	}
 	for _, k := range kinds {
 		t.Run(k.resource, func(t *testing.T) {

@@ -35,6 +35,10 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.ClusterRegistrationTokenStatus{}.OpenAPIModelName(): schema_pkg_apis_muster_v1alpha1_ClusterRegistrationTokenStatus(ref),
 		v1alpha1.ClusterSpec{}.OpenAPIModelName():                    schema_pkg_apis_muster_v1alpha1_ClusterSpec(ref),
 		v1alpha1.ClusterStatus{}.OpenAPIModelName():                  schema_pkg_apis_muster_v1alpha1_ClusterStatus(ref),
+		v1alpha1.ControllerLease{}.OpenAPIModelName():                schema_pkg_apis_muster_v1alpha1_ControllerLease(ref),
+		v1alpha1.ControllerLeaseList{}.OpenAPIModelName():            schema_pkg_apis_muster_v1alpha1_ControllerLeaseList(ref),
+		v1alpha1.ControllerLeaseSpec{}.OpenAPIModelName():            schema_pkg_apis_muster_v1alpha1_ControllerLeaseSpec(ref),
+		v1alpha1.ControllerLeaseStatus{}.OpenAPIModelName():          schema_pkg_apis_muster_v1alpha1_ControllerLeaseStatus(ref),
 		v1alpha1.ExecProbe{}.OpenAPIModelName():                      schema_pkg_apis_muster_v1alpha1_ExecProbe(ref),
 		v1alpha1.HTTPGetProbe{}.OpenAPIModelName():                   schema_pkg_apis_muster_v1alpha1_HTTPGetProbe(ref),
 		v1alpha1.InstructionOutput{}.OpenAPIModelName():              schema_pkg_apis_muster_v1alpha1_InstructionOutput(ref),
@@ -816,6 +820,165 @@ func schema_pkg_apis_muster_v1alpha1_ClusterStatus(ref common.ReferenceCallback)
 		},
 		Dependencies: []string{
 			v1alpha1.Transition{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_ControllerLease(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ControllerLease elects the one server that runs a set of controllers. kine has no etcd leases or elections, so the servers take turns holding this object: the holder renews it by compare-and-swap on its resourceVersion, and another server takes it over once it has seen no renewal for LeaseDurationSeconds. Only administrators and servers may read or write it.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object metadata. The name says which controllers the lease elects, e.g. \"muster-controllers\".",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Spec is the current holder and its term.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.ControllerLeaseSpec{}.OpenAPIModelName()),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Status is reserved; the lease keeps everything in its spec, like coordination.k8s.io Leases, so one compare-and-swap renews it.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.ControllerLeaseStatus{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.ControllerLeaseSpec{}.OpenAPIModelName(), v1alpha1.ControllerLeaseStatus{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_ControllerLeaseList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ControllerLeaseList is a list of ControllerLeases.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard list metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Items are the leases.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.ControllerLease{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.ControllerLease{}.OpenAPIModelName(), v1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_ControllerLeaseSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ControllerLeaseSpec is the holder of a ControllerLease and its term.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"holderIdentity": {
+						SchemaProps: spec.SchemaProps{
+							Description: "HolderIdentity names the server holding the lease (its ServerEndpoint name).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"leaseDurationSeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LeaseDurationSeconds is how long other servers wait, after they last saw the lease change, before they take it over.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"acquireTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "AcquireTime is when the current holder took the lease.",
+							Ref:         ref(v1.MicroTime{}.OpenAPIModelName()),
+						},
+					},
+					"renewTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "RenewTime is when the current holder last renewed the lease.",
+							Ref:         ref(v1.MicroTime{}.OpenAPIModelName()),
+						},
+					},
+					"leaseTransitions": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LeaseTransitions counts how often the lease changed holders.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1.MicroTime{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_ControllerLeaseStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ControllerLeaseStatus is reserved for future use.",
+				Type:        []string{"object"},
+			},
+		},
 	}
 }
 

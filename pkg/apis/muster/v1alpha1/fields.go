@@ -72,6 +72,11 @@ func ServerEndpointFields(o *ServerEndpoint) fields.Set {
 	return objectMetaFields(o.Name)
 }
 
+// ControllerLeaseFields returns the selectable fields of a ControllerLease.
+func ControllerLeaseFields(o *ControllerLease) fields.Set {
+	return objectMetaFields(o.Name)
+}
+
 // selectableFieldKeys derives each kind's accepted keys from the functions above.
 func selectableFieldKeys() map[string]fields.Set {
 	return map[string]fields.Set{
@@ -82,6 +87,7 @@ func selectableFieldKeys() map[string]fields.Set {
 		"MachinePlan":              MachinePlanFields(&MachinePlan{}),
 		"NodePassword":             NodePasswordFields(&NodePassword{}),
 		"ServerEndpoint":           ServerEndpointFields(&ServerEndpoint{}),
+		"ControllerLease":          ControllerLeaseFields(&ControllerLease{}),
 	}
 }
 

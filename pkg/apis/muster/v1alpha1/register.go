@@ -37,6 +37,7 @@ func knownTypes() []runtime.Object {
 		&MachinePlan{}, &MachinePlanList{},
 		&NodePassword{}, &NodePasswordList{},
 		&ServerEndpoint{}, &ServerEndpointList{},
+		&ControllerLease{}, &ControllerLeaseList{},
 	}
 }
 

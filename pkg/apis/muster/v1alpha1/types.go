@@ -738,3 +738,66 @@ type ServerEndpointList struct {
 	// Items are the endpoints.
 	Items []ServerEndpoint `json:"items"`
 }
+
+// --------------------------------------------------------- ControllerLease
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ControllerLease elects the one server that runs a set of controllers.
+// kine has no etcd leases or elections, so the servers take turns holding
+// this object: the holder renews it by compare-and-swap on its
+// resourceVersion, and another server takes it over once it has seen no
+// renewal for LeaseDurationSeconds. Only administrators and servers may
+// read or write it.
+type ControllerLease struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata. The name says which controllers the lease
+	// elects, e.g. "muster-controllers".
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the current holder and its term.
+	// +optional
+	Spec ControllerLeaseSpec `json:"spec,omitempty"`
+	// Status is reserved; the lease keeps everything in its spec, like
+	// coordination.k8s.io Leases, so one compare-and-swap renews it.
+	// +optional
+	Status ControllerLeaseStatus `json:"status,omitempty"`
+}
+
+// ControllerLeaseSpec is the holder of a ControllerLease and its term.
+type ControllerLeaseSpec struct {
+	// HolderIdentity names the server holding the lease (its ServerEndpoint name).
+	// +optional
+	HolderIdentity string `json:"holderIdentity,omitempty"`
+	// LeaseDurationSeconds is how long other servers wait, after they last
+	// saw the lease change, before they take it over.
+	// +optional
+	LeaseDurationSeconds int32 `json:"leaseDurationSeconds,omitempty"`
+	// AcquireTime is when the current holder took the lease.
+	// +optional
+	AcquireTime *metav1.MicroTime `json:"acquireTime,omitempty"`
+	// RenewTime is when the current holder last renewed the lease.
+	// +optional
+	RenewTime *metav1.MicroTime `json:"renewTime,omitempty"`
+	// LeaseTransitions counts how often the lease changed holders.
+	// +optional
+	LeaseTransitions int32 `json:"leaseTransitions,omitempty"`
+}
+
+// ControllerLeaseStatus is reserved for future use.
+type ControllerLeaseStatus struct{}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ControllerLeaseList is a list of ControllerLeases.
+type ControllerLeaseList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the leases.
+	Items []ControllerLease `json:"items"`
+}

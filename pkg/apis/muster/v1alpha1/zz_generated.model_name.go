@@ -72,6 +72,26 @@ func (in ClusterStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ControllerLease) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.ControllerLease"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ControllerLeaseList) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.ControllerLeaseList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ControllerLeaseSpec) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.ControllerLeaseSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ControllerLeaseStatus) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.ControllerLeaseStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ExecProbe) OpenAPIModelName() string {
 	return "io.muster.v1alpha1.ExecProbe"
 }

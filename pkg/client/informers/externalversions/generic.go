@@ -49,6 +49,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Muster().V1alpha1().ClusterRegistrations().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("clusterregistrationtokens"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Muster().V1alpha1().ClusterRegistrationTokens().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("controllerleases"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Muster().V1alpha1().ControllerLeases().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("machines"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Muster().V1alpha1().Machines().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("machineplans"):

@@ -20,6 +20,10 @@ type ClusterRegistrationListerExpansion interface{}
 // ClusterRegistrationTokenLister.
 type ClusterRegistrationTokenListerExpansion interface{}
 
+// ControllerLeaseListerExpansion allows custom methods to be added to
+// ControllerLeaseLister.
+type ControllerLeaseListerExpansion interface{}
+
 // MachineListerExpansion allows custom methods to be added to
 // MachineLister.
 type MachineListerExpansion interface{}

@@ -20,6 +20,8 @@ type Interface interface {
 	ClusterRegistrations() TypedClusterRegistrationInformer
 	// ClusterRegistrationTokens returns a ClusterRegistrationTokenInformer.
 	ClusterRegistrationTokens() TypedClusterRegistrationTokenInformer
+	// ControllerLeases returns a ControllerLeaseInformer.
+	ControllerLeases() TypedControllerLeaseInformer
 	// Machines returns a MachineInformer.
 	Machines() TypedMachineInformer
 	// MachinePlans returns a MachinePlanInformer.
@@ -54,6 +56,11 @@ func (v *version) ClusterRegistrations() TypedClusterRegistrationInformer {
 // ClusterRegistrationTokens returns a TypedClusterRegistrationTokenInformer.
 func (v *version) ClusterRegistrationTokens() TypedClusterRegistrationTokenInformer {
 	return &clusterRegistrationTokenInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
+}
+
+// ControllerLeases returns a TypedControllerLeaseInformer.
+func (v *version) ControllerLeases() TypedControllerLeaseInformer {
+	return &controllerLeaseInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
 // Machines returns a TypedMachineInformer.

@@ -14,6 +14,8 @@ type ClusterRegistrationExpansion interface{}
 
 type ClusterRegistrationTokenExpansion interface{}
 
+type ControllerLeaseExpansion interface{}
+
 type MachineExpansion interface{}
 
 type MachinePlanExpansion interface{}

@@ -21,6 +21,7 @@ type MusterV1alpha1Interface interface {
 	ClustersGetter
 	ClusterRegistrationsGetter
 	ClusterRegistrationTokensGetter
+	ControllerLeasesGetter
 	MachinesGetter
 	MachinePlansGetter
 	NodePasswordsGetter
@@ -42,6 +43,10 @@ func (c *MusterV1alpha1Client) ClusterRegistrations() ClusterRegistrationInterfa
 
 func (c *MusterV1alpha1Client) ClusterRegistrationTokens() ClusterRegistrationTokenInterface {
 	return newClusterRegistrationTokens(c)
+}
+
+func (c *MusterV1alpha1Client) ControllerLeases() ControllerLeaseInterface {
+	return newControllerLeases(c)
 }
 
 func (c *MusterV1alpha1Client) Machines() MachineInterface {

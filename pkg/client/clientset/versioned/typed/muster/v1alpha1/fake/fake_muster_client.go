@@ -30,6 +30,10 @@ func (c *FakeMusterV1alpha1) ClusterRegistrationTokens() v1alpha1.ClusterRegistr
 	return newFakeClusterRegistrationTokens(c)
 }
 
+func (c *FakeMusterV1alpha1) ControllerLeases() v1alpha1.ControllerLeaseInterface {
+	return newFakeControllerLeases(c)
+}
+
 func (c *FakeMusterV1alpha1) Machines() v1alpha1.MachineInterface {
 	return newFakeMachines(c)
 }
