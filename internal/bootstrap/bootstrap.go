@@ -79,6 +79,9 @@ type Config struct {
 	HTTPSPort        int
 	// TLSSANs are extra DNS names or IPs for the serving certificate.
 	TLSSANs []string
+	// Token is the server token from --token; empty to use the data dir's,
+	// or to generate one on first start.
+	Token string
 }
 
 // Files are the absolute paths of everything Ensure keeps in the data dir.
@@ -105,6 +108,8 @@ type State struct {
 	AdvertiseAddress string
 	// ServerURL is the URL written into the admin kubeconfig.
 	ServerURL string
+	// GeneratedCA is set when this Ensure generated the CA (the data dir had none).
+	GeneratedCA bool
 }
 
 // Paths returns the absolute paths of the files under dataDir, without
@@ -160,11 +165,11 @@ func Ensure(cfg Config) (*State, error) {
 		return nil, err
 	}
 	// The CA comes first: if it is damaged nothing else may be written.
-	ca, err := ensureCA(files)
+	ca, generated, err := ensureCA(files)
 	if err != nil {
 		return nil, err
 	}
-	token, err := ensureToken(files)
+	token, err := ensureToken(files, cfg.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -180,6 +185,7 @@ func Ensure(cfg Config) (*State, error) {
 		Token:            token,
 		AdvertiseAddress: advertise,
 		ServerURL:        serverURL(cfg),
+		GeneratedCA:      generated,
 	}
 	if err := ensureKubeconfig(state); err != nil {
 		return nil, err
@@ -291,61 +297,76 @@ func prepareDirs(files Files) error {
 	return nil
 }
 
-func ensureCA(files Files) (*pki.CA, error) {
+func ensureCA(files Files) (*pki.CA, bool, error) {
 	certPEM, certErr := readOptional(files.CACert)
 	keyPEM, keyErr := readOptional(files.CAKey)
 	if certErr != nil {
-		return nil, certErr
+		return nil, false, certErr
 	}
 	if keyErr != nil {
-		return nil, keyErr
+		return nil, false, keyErr
 	}
 	startOver := fmt.Sprintf("only to start over with a new CA (every agent must then re-join, and every kubeconfig be replaced) remove %s and %s", files.CACert, files.CAKey)
 	switch {
 	case certPEM == nil && keyPEM == nil:
 		ca, err := pki.NewCA(fmt.Sprintf("muster-ca@%d", time.Now().Unix()))
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		keyPEM, err := ca.KeyPEM()
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		// Key first: a crash between the two writes leaves a key without
 		// a certificate, which the next start reports instead of guessing.
 		if err := pki.WriteFileAtomic(files.CAKey, keyPEM, secretMode); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if err := pki.WriteFileAtomic(files.CACert, ca.CertPEM, certMode); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		klog.InfoS("Generated a new CA", "subject", ca.Cert.Subject.CommonName, "cert", files.CACert, "hash", pki.Hash(ca.CertPEM))
-		return ca, nil
+		return ca, true, nil
 	case certPEM == nil:
-		return nil, fmt.Errorf("the CA key %s exists but the CA certificate %s is missing: restore %s from a backup; %s",
+		return nil, false, fmt.Errorf("the CA key %s exists but the CA certificate %s is missing: restore %s from a backup; %s",
 			files.CAKey, files.CACert, files.CACert, startOver)
 	case keyPEM == nil:
-		return nil, fmt.Errorf("the CA certificate %s exists but the CA key %s is missing: restore %s from a backup (muster will not replace an existing CA, because agents pin it); %s",
+		return nil, false, fmt.Errorf("the CA certificate %s exists but the CA key %s is missing: restore %s from a backup (muster will not replace an existing CA, because agents pin it); %s",
 			files.CACert, files.CAKey, files.CAKey, startOver)
 	}
 	ca, err := pki.LoadCA(certPEM, keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("loading the CA from %s and %s: %w: restore both from a backup (muster will not replace an existing CA, because agents pin it); %s",
+		return nil, false, fmt.Errorf("loading the CA from %s and %s: %w: restore both from a backup (muster will not replace an existing CA, because agents pin it); %s",
 			files.CACert, files.CAKey, err, startOver)
 	}
 	if err := restrictMode(files.CAKey); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if left := time.Until(ca.Cert.NotAfter); left < RenewBefore {
 		klog.InfoS("WARNING: the CA expires soon and muster cannot rotate it automatically", "cert", files.CACert, "notAfter", ca.Cert.NotAfter)
 	}
-	return ca, nil
+	return ca, false, nil
 }
 
-func ensureToken(files Files) (string, error) {
+func ensureToken(files Files, given string) (string, error) {
 	b, err := readOptional(files.Token)
 	if err != nil {
 		return "", err
+	}
+	if given != "" {
+		if len(given) < minTokenLen || strings.ContainsAny(given, " \t\r\n") {
+			return "", fmt.Errorf("--token is too short or has whitespace: give at least %d characters on one line (the token in another server's data dir, or a new random one)", minTokenLen)
+		}
+		if b != nil && strings.TrimSpace(string(b)) != given {
+			return "", fmt.Errorf("--token differs from the server token this data dir already has in %s: pass that token, or remove the file if the data dir should join the deployment the --token belongs to", files.Token)
+		}
+		if b == nil {
+			if err := pki.WriteFileAtomic(files.Token, []byte(given+"\n"), secretMode); err != nil {
+				return "", err
+			}
+			klog.InfoS("Stored the server token given with --token", "file", files.Token)
+		}
+		return given, restrictMode(files.Token)
 	}
 	if b != nil {
 		token := strings.TrimSpace(string(b))

@@ -44,7 +44,8 @@ type Config struct {
 	// PostgreSQL, http(s):// for an external etcd.
 	Endpoint string
 	// PollInterval is how often kine polls the database for changes made by
-	// other servers; local writes wake watchers at once. Zero means 1s.
+	// other servers; local writes wake watchers at once. Zero means
+	// DefaultPollInterval for the backend.
 	PollInterval time.Duration
 }
 
@@ -85,7 +86,7 @@ func Open(ctx context.Context, cfg Config) (*Datastore, error) {
 
 	poll := cfg.PollInterval
 	if poll == 0 {
-		poll = time.Second
+		poll = DefaultPollInterval(kind)
 	}
 	kctx, cancel := context.WithCancel(context.Background())
 	ds.cancel = cancel
@@ -136,6 +137,25 @@ func (d *Datastore) waitReady(ctx context.Context) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// DefaultPollInterval is how often kine looks for rows other servers
+// wrote. One SQLite file has one writer, whose writes wake its watchers
+// directly, so a slow poll only guards against missed wake-ups. PostgreSQL
+// is shared by every server of an HA deployment: the poll interval is the
+// floor of how soon a change made through one server reaches watchers on
+// another, and one indexed "id > last" query per interval costs little.
+func DefaultPollInterval(backend string) time.Duration {
+	if backend == "postgres" {
+		return 100 * time.Millisecond
+	}
+	return time.Second
+}
+
+// Client is an etcd client on the datastore, for what muster keeps beside
+// the API's objects (the sealed cluster CA). The caller closes it.
+func (d *Datastore) Client() (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: d.endpoints, DialTimeout: 5 * time.Second})
 }
 
 // Transport is what the apiserver's etcd3 storage dials.
