@@ -33,6 +33,9 @@ certificate, a server token and an admin kubeconfig there.`,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Token == "" {
+				cfg.Token = os.Getenv("MUSTER_TOKEN")
+			}
 			return server.Run(genericapiserver.SetupSignalContext(), cfg)
 		},
 	}
@@ -44,6 +47,9 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.StringVar(&cfg.AdvertiseAddress, "advertise-address", "", "address agents and other servers use to reach this server (default: the first non-loopback IPv4)")
 	fl.StringSliceVar(&cfg.TLSSANs, "tls-san", nil, "extra DNS name or IP for the serving certificate (repeatable)")
 	fl.StringVar(&cfg.DatastoreEndpoint, "datastore-endpoint", "", "datastore: empty for SQLite in the data dir, postgres://user:pass@host:port/db, or http(s)://etcd:2379")
+
+	fl.StringVar(&cfg.Token, "token", "", "server token shared by every server on one datastore (default: $MUSTER_TOKEN, else the data dir's, else generated); it seals the CA in the datastore")
+	fl.DurationVar(&cfg.DatastorePollInterval, "datastore-poll-interval", 0, "how often to poll the datastore for other servers' changes (default 100ms for PostgreSQL, 1s for SQLite)")
 
 	fl.DurationVar(&cfg.AgentCertificateValidity, "agent-certificate-validity", registration.DefaultCertificateValidity, "lifetime of the client certificates granted to agents; they renew at two thirds of it")
 

@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"github.com/muster-io/muster/internal/identity"
 )
 
 // publicPaths are served to anyone, authenticated or not: what an agent
@@ -28,6 +30,8 @@ type Authorizer struct {
 	// Rules are extra authorizers (agents, bootstrap tokens) consulted after
 	// the built-in ones.
 	Rules []authorizer.AuthorizerFunc
+	// PeerPaths are non-resource paths the other servers may GET.
+	PeerPaths []string
 }
 
 // Authorize implements authorizer.Authorizer.
@@ -41,6 +45,14 @@ func (a Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) 
 	}
 	if !attrs.IsResourceRequest() && attrs.GetVerb() == "get" && isPublicPath(attrs.GetPath()) {
 		return authorizer.DecisionAllow, "", nil
+	}
+	if !attrs.IsResourceRequest() && attrs.GetVerb() == "get" && identity.IsServer(attrs.GetUser()) {
+		for _, p := range a.PeerPaths {
+			if attrs.GetPath() == p {
+				return authorizer.DecisionAllow, "", nil
+			}
+		}
+		return authorizer.DecisionDeny, "a server's peer certificate may only read the paths servers serve each other", nil
 	}
 	for _, rule := range a.Rules {
 		decision, reason, err := rule(ctx, attrs)

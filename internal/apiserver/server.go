@@ -55,6 +55,9 @@ type Config struct {
 	// ObserveCaller, if set, is told the identity of every authenticated
 	// request (machine liveness); it must be cheap.
 	ObserveCaller func(user.Info)
+	// PeerHandlers are non-resource paths served to the other servers of
+	// the deployment (group muster:servers) and to administrators only.
+	PeerHandlers map[string]http.Handler
 }
 
 // Server is a prepared API server.
@@ -104,7 +107,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("configuring client certificates: %w", err)
 	}
 	rc.Authentication.Authenticator = newAuthenticator(clientCA, cfg.Tokens)
-	rc.Authorization.Authorizer = authorizer.AuthorizerFunc(Authorizer{Rules: cfg.AuthorizationRules}.Authorize)
+	peerPaths := make([]string, 0, len(cfg.PeerHandlers))
+	for path := range cfg.PeerHandlers {
+		peerPaths = append(peerPaths, path)
+	}
+	rc.Authorization.Authorizer = authorizer.AuthorizerFunc(Authorizer{Rules: cfg.AuthorizationRules, PeerPaths: peerPaths}.Authorize)
 	// The loopback client (controllers inside this process) authenticates as a
 	// privileged user with a random token that never leaves the process.
 	genericapiserver.AuthorizeClientBearerToken(rc.LoopbackClientConfig, &rc.Authentication, &rc.Authorization)
@@ -149,6 +156,9 @@ func New(cfg Config) (*Server, error) {
 		w.Header().Set("Content-Type", "application/x-pem-file")
 		_, _ = w.Write(caBundle)
 	})
+	for path, h := range cfg.PeerHandlers {
+		generic.Handler.NonGoRestfulMux.Handle(path, h)
+	}
 	return &Server{generic: generic}, nil
 }
 
@@ -162,6 +172,11 @@ func (s *Server) AddPostStartHook(name string, fn func(ctx context.Context) erro
 	return s.generic.AddPostStartHook(name, func(hc genericapiserver.PostStartHookContext) error {
 		return fn(hc.Context)
 	})
+}
+
+// AddPreShutdownHook runs fn when shutdown begins, while the API still serves.
+func (s *Server) AddPreShutdownHook(name string, fn func() error) error {
+	return s.generic.AddPreShutdownHook(name, fn)
 }
 
 // LoopbackConfig is a privileged client config for controllers in this process.

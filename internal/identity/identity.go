@@ -19,10 +19,14 @@ const (
 	InactiveBootstrappersGroup = "muster:bootstrappers:inactive"
 	// MachinesGroup holds every agent that authenticates with its machine certificate.
 	MachinesGroup = "muster:machines"
+	// ServersGroup holds muster-servers calling each other with the peer
+	// certificate each issues itself from the shared CA.
+	ServersGroup = "muster:servers"
 
 	bootstrapPrefix  = "muster:bootstrap:"
 	machinePrefix    = "muster:machine:"
 	machineUIDPrefix = "muster:machine-uid:"
+	serverPrefix     = "muster:server:"
 	// ReasonExtra carries, for an inactive token, why it is inactive.
 	ReasonExtra = "muster.io/token-inactive-reason"
 )
@@ -60,6 +64,16 @@ func Machine(u user.Info) (name, uid string, ok bool) {
 		}
 	}
 	return strings.TrimPrefix(u.GetName(), machinePrefix), uid, uid != ""
+}
+
+// ServerSubject is the certificate subject of server name's peer certificate.
+func ServerSubject(name string) (cn string, groups []string) {
+	return serverPrefix + name, []string{ServersGroup}
+}
+
+// IsServer reports whether u is a muster-server calling a peer.
+func IsServer(u user.Info) bool {
+	return u != nil && strings.HasPrefix(u.GetName(), serverPrefix) && inGroup(u, ServersGroup)
 }
 
 func inGroup(u user.Info, group string) bool {

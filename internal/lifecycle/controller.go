@@ -149,7 +149,7 @@ func (c *Controller) syncMachine(ctx context.Context, name string) error {
 	}
 	now := c.now()
 	seen := c.tracker.LastSeen(name)
-	live := !seen.IsZero() && now.Sub(seen) < c.silence
+	live := c.tracker.Live(name, c.silence)
 	event, reason := decide(m, plan, live)
 
 	next := m.DeepCopy()
@@ -163,7 +163,7 @@ func (c *Controller) syncMachine(ctx context.Context, name string) error {
 	if plan != nil {
 		next.Status.PlanState = plan.Status.State
 	}
-	if live && (m.Status.LastSeen == nil || event != "" || now.Sub(m.Status.LastSeen.Time) > LastSeenPersistInterval) {
+	if live && !seen.IsZero() && (m.Status.LastSeen == nil || event != "" || now.Sub(m.Status.LastSeen.Time) > LastSeenPersistInterval) {
 		t := metav1.NewTime(seen)
 		next.Status.LastSeen = &t
 	}

@@ -4,6 +4,8 @@
 package lifecycle
 
 import (
+	"encoding/json"
+	"net/http"
 	"sync"
 	"time"
 
@@ -16,16 +18,22 @@ import (
 // request. Agents heartbeat with reads served from the watch cache, so
 // liveness costs no datastore write; the controller persists lastSeen only
 // coarsely.
+//
+// With several servers an agent talks to one of them, so the controller
+// leader's tracker also holds what the other servers saw (Merge), fetched
+// from their /liveness reports.
 type Tracker struct {
 	mu       sync.Mutex
 	seen     map[string]time.Time
+	remote   map[string]time.Time
+	baseline time.Time
 	now      func() time.Time
 	onReturn func(machine string)
 }
 
 // NewTracker returns an empty tracker.
 func NewTracker() *Tracker {
-	return &Tracker{seen: map[string]time.Time{}, now: time.Now}
+	return &Tracker{seen: map[string]time.Time{}, remote: map[string]time.Time{}, now: time.Now}
 }
 
 // Observe records a request by u, if u is a machine. It is called for every
@@ -37,23 +45,112 @@ func (t *Tracker) Observe(u user.Info) {
 	}
 	t.mu.Lock()
 	_, known := t.seen[name]
+	_, knownRemote := t.remote[name]
 	t.seen[name] = t.now()
 	notify := t.onReturn
 	t.mu.Unlock()
-	if !known && notify != nil {
+	if !known && !knownRemote && notify != nil {
 		notify(name)
 	}
 }
 
-// LastSeen is when the machine's agent last made a request through this server.
+// Begin starts a term of judging liveness, when this server starts or
+// becomes the controller leader: a machine not heard from since counts as
+// heard from now, because its agent may be talking to a server whose report
+// has not arrived yet. Without it every machine would look silent for a
+// moment after a restart or a leader change.
+func (t *Tracker) Begin() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.baseline = t.now()
+}
+
+// LastSeen is when the machine's agent last made a request through any
+// server this tracker knows of; zero if never.
 func (t *Tracker) LastSeen(machine string) time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.seen[machine]
+	return latest(t.seen[machine], t.remote[machine])
+}
+
+// Live reports whether the machine was heard from within silence, counting
+// the start of the current term as a hearing.
+func (t *Tracker) Live(machine string, silence time.Duration) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	last := latest(latest(t.seen[machine], t.remote[machine]), t.baseline)
+	return !last.IsZero() && t.now().Sub(last) < silence
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (t *Tracker) forget(machine string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.seen, machine)
+	delete(t.remote, machine)
+}
+
+// Report is what one server heard: for each machine, how many
+// milliseconds ago. Ages rather than timestamps, so the servers' clocks
+// need not agree.
+type Report struct {
+	AgesMillis map[string]int64 `json:"agesMillis"`
+}
+
+// reportWindow bounds a report to machines heard from recently; older
+// silence is the same verdict for any threshold in use.
+const reportWindow = 10 * time.Minute
+
+// Report returns what this server heard within reportWindow.
+func (t *Tracker) Report() Report {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	r := Report{AgesMillis: make(map[string]int64, len(t.seen))}
+	for name, at := range t.seen {
+		if age := now.Sub(at); age < reportWindow {
+			r.AgesMillis[name] = age.Milliseconds()
+		}
+	}
+	return r
+}
+
+// Merge adds another server's report, received now.
+func (t *Tracker) Merge(r Report) {
+	t.mu.Lock()
+	now := t.now()
+	var returned []string
+	for name, ms := range r.AgesMillis {
+		at := now.Add(-time.Duration(ms) * time.Millisecond)
+		_, known := t.seen[name]
+		prev, knownRemote := t.remote[name]
+		if at.After(prev) {
+			t.remote[name] = at
+		}
+		if !known && !knownRemote {
+			returned = append(returned, name)
+		}
+	}
+	notify := t.onReturn
+	t.mu.Unlock()
+	if notify != nil {
+		for _, name := range returned {
+			notify(name)
+		}
+	}
+}
+
+// ReportPath is where each server serves its Report to the other servers.
+const ReportPath = "/liveness"
+
+// ServeHTTP serves the Report as JSON.
+func (t *Tracker) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(t.Report())
 }

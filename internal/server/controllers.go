@@ -2,21 +2,51 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
 	"fmt"
+	"os"
+	"strings"
+	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
+	"github.com/muster-io/muster/internal/identity"
+	"github.com/muster-io/muster/internal/leader"
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/pki"
 	"github.com/muster-io/muster/internal/registration"
+	"github.com/muster-io/muster/internal/serverendpoint"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 	informers "github.com/muster-io/muster/pkg/client/informers/externalversions"
 )
 
-// startControllers runs the in-process controllers on the privileged
-// loopback client and hands the authenticator and authorizer their caches.
-func startControllers(ctx context.Context, loopback *rest.Config, ca *pki.CA, cfg Config, tokens *registration.TokenAuthenticator, rules *registration.Authorizer, liveness *lifecycle.Tracker) error {
+// controllerLease is the ControllerLease electing the server that runs the
+// controllers; one lease for all of them, since they share informers.
+const controllerLease = "muster-controllers"
+
+// controllers is what runs in the server beside the API: on every server
+// the caches the authenticator and authorizer read and the ServerEndpoint
+// renewal; on the elected leader only, the controllers that write.
+type controllers struct {
+	cfg      Config
+	ca       *pki.CA
+	self     string
+	address  string
+	peerTLS  *tls.Config
+	tokens   *registration.TokenAuthenticator
+	rules    *registration.Authorizer
+	liveness *lifecycle.Tracker
+	client   versioned.Interface
+}
+
+// start runs on the privileged loopback client once the API serves.
+func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 	rc := rest.CopyConfig(loopback)
 	// Controllers answer registration storms; client-side throttling at
 	// client-go's defaults would be the bottleneck, not the server.
@@ -25,21 +55,109 @@ func startControllers(ctx context.Context, loopback *rest.Config, ca *pki.CA, cf
 	if err != nil {
 		return err
 	}
+	c.client = client
 	factory := informers.NewSharedInformerFactory(client, 0)
 	tokenInformer := factory.Muster().V1alpha1().ClusterRegistrationTokens()
-	granter := registration.NewController(client, factory, ca, cfg.AgentCertificateValidity)
-	housekeeper := registration.NewHousekeeper(client, factory)
-	machines := lifecycle.NewController(client, factory, liveness, cfg.AgentSilenceThreshold)
-	rules.SetClient(client)
+	tokenInformer.Informer()
+	c.rules.SetClient(client)
 	factory.Start(ctx.Done())
 	// The hook returns (and /readyz turns ready) only once every join token
 	// is in the cache, so a valid token is never refused during start-up.
 	if !cache.WaitForCacheSync(ctx.Done(), tokenInformer.Informer().HasSynced) {
 		return fmt.Errorf("join tokens could not be loaded from the datastore")
 	}
-	tokens.SetLister(tokenInformer.Lister(), client)
-	go granter.Run(ctx, 4)
-	go housekeeper.Run(ctx)
-	go machines.Run(ctx, 4)
+	c.tokens.SetLister(tokenInformer.Lister(), client)
+	c.liveness.Begin()
+
+	go serverendpoint.Publish(ctx, client, c.self, c.address)
+	go func() {
+		err := leader.Run(ctx, leader.Config{
+			Client: client, Lease: controllerLease, Identity: c.self, Run: c.lead,
+			OnNewLeader: func(holder string) {
+				klog.InfoS("Controller leader", "leader", holder, "self", holder == c.self)
+			},
+		})
+		if err != nil {
+			klog.ErrorS(err, "Leader election stopped")
+		}
+	}()
 	return nil
+}
+
+// lead runs the controllers for one term of leadership. They get their own
+// informers, started and stopped with the term, so a server that loses the
+// lease keeps no controller state that could act on a stale view.
+func (c *controllers) lead(term context.Context) {
+	factory := informers.NewSharedInformerFactory(c.client, 0)
+	granter := registration.NewController(c.client, factory, c.ca, c.cfg.AgentCertificateValidity)
+	housekeeper := registration.NewHousekeeper(c.client, factory)
+	machines := lifecycle.NewController(c.client, factory, c.liveness, c.cfg.AgentSilenceThreshold)
+	endpoints := factory.Muster().V1alpha1().ServerEndpoints()
+	endpoints.Informer()
+	factory.Start(term.Done())
+	defer factory.Shutdown()
+	// Machines whose agents talk to another server were heard there; until
+	// those reports arrive, count the start of the term as a hearing.
+	c.liveness.Begin()
+	go lifecycle.PollPeers(term, c.liveness, endpoints.Lister(), c.self, c.peerTLS)
+	go serverendpoint.Sweep(term, c.client, endpoints.Lister())
+	go granter.Run(term, 4)
+	go housekeeper.Run(term)
+	machines.Run(term, 4)
+}
+
+// withdraw deletes this server's endpoint at the start of a clean shutdown.
+func (c *controllers) withdraw() error {
+	if c.client == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	serverendpoint.Withdraw(ctx, c.client, c.self)
+	return nil
+}
+
+// serverName names this server among the servers of a deployment: the host
+// name, made a valid object name, and a short hash of the advertised
+// address, so that several servers on one host differ and a restarted
+// server keeps its name.
+func serverName(advertise string, port int) string {
+	host, _ := os.Hostname()
+	host = strings.ToLower(host)
+	var b strings.Builder
+	for _, r := range host {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+			b.WriteRune(r)
+		} else {
+			b.WriteRune('-')
+		}
+	}
+	name := strings.Trim(b.String(), "-")
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s:%d", advertise, port)))
+	suffix := hex.EncodeToString(sum[:4])
+	if name == "" || len(validation.IsDNS1123Label(name)) > 0 {
+		return "server-" + suffix
+	}
+	return name + "-" + suffix
+}
+
+// peerTLSConfig is how this server calls the other servers: a client
+// certificate for identity muster:server:<name> issued from the shared CA,
+// kept in memory only, and the CA as the only trusted root.
+func peerTLSConfig(ca *pki.CA, self string) (*tls.Config, error) {
+	cn, groups := identity.ServerSubject(self)
+	certPEM, keyPEM, err := ca.IssueClient(cn, groups, 365*24*time.Hour)
+	if err != nil {
+		return nil, fmt.Errorf("issuing this server's peer certificate: %w", err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, MinVersion: tls.VersionTLS12}, nil
 }

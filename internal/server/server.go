@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -14,7 +15,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
-	"github.com/muster-io/muster/internal/bootstrap"
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/registration"
 	"github.com/muster-io/muster/internal/store"
@@ -40,6 +40,12 @@ type Config struct {
 	// AgentSilenceThreshold is how long an agent may go unheard before its
 	// Machine is Unavailable.
 	AgentSilenceThreshold time.Duration
+	// Token is the server token that servers sharing a datastore have in
+	// common; empty to use the data dir's, or to generate one.
+	Token string
+	// DatastorePollInterval is how often the datastore is polled for other
+	// servers' changes; zero for the backend's default.
+	DatastorePollInterval time.Duration
 }
 
 // DefaultDataDir is /var/lib/muster/server for root, ./muster-data otherwise,
@@ -68,18 +74,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if bind == nil {
 		return fmt.Errorf("--bind-address %q is not an IP address: give one such as 0.0.0.0 or 127.0.0.1", cfg.BindAddress)
 	}
-	state, err := bootstrap.Ensure(bootstrap.Config{
-		DataDir:          cfg.DataDir,
-		AdvertiseAddress: cfg.AdvertiseAddress,
-		BindAddress:      cfg.BindAddress,
-		HTTPSPort:        cfg.HTTPSPort,
-		TLSSANs:          cfg.TLSSANs,
-	})
-	if err != nil {
-		return err
-	}
-
-	ds, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, Endpoint: cfg.DatastoreEndpoint})
+	ds, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, Endpoint: cfg.DatastoreEndpoint, PollInterval: cfg.DatastorePollInterval})
 	if err != nil {
 		return err
 	}
@@ -88,6 +83,16 @@ func Run(ctx context.Context, cfg Config) error {
 			klog.ErrorS(err, "Closing the datastore")
 		}
 	}()
+	state, err := prepareIdentity(ctx, cfg, ds)
+	if err != nil {
+		return err
+	}
+	self := serverName(state.AdvertiseAddress, cfg.HTTPSPort)
+	advertised := net.JoinHostPort(state.AdvertiseAddress, fmt.Sprint(cfg.HTTPSPort))
+	peerTLS, err := peerTLSConfig(state.CA, self)
+	if err != nil {
+		return err
+	}
 
 	tokens := registration.NewTokenAuthenticator()
 	liveness := lifecycle.NewTracker()
@@ -104,17 +109,24 @@ func Run(ctx context.Context, cfg Config) error {
 		Tokens:             tokens,
 		AuthorizationRules: []authorizer.AuthorizerFunc{registrationRules.Authorize},
 		ObserveCaller:      liveness.Observe,
+		PeerHandlers:       map[string]http.Handler{lifecycle.ReportPath: liveness},
 	})
 	if err != nil {
 		return err
 	}
-	err = api.AddPostStartHook("muster-controllers", func(ctx context.Context) error {
-		return startControllers(ctx, api.LoopbackConfig(), state.CA, cfg, tokens, registrationRules, liveness)
-	})
-	if err != nil {
+	ctl := &controllers{
+		cfg: cfg, ca: state.CA, self: self, address: advertised, peerTLS: peerTLS,
+		tokens: tokens, rules: registrationRules, liveness: liveness,
+	}
+	if err := api.AddPostStartHook("muster-controllers", func(ctx context.Context) error {
+		return ctl.start(ctx, api.LoopbackConfig())
+	}); err != nil {
 		return err
 	}
-	klog.InfoS("muster-server starting", "dataDir", cfg.DataDir, "datastore", ds.Backend(),
+	if err := api.AddPreShutdownHook("muster-withdraw-endpoint", ctl.withdraw); err != nil {
+		return err
+	}
+	klog.InfoS("muster-server starting", "server", self, "advertise", advertised, "dataDir", cfg.DataDir, "datastore", ds.Backend(),
 		"https", net.JoinHostPort(cfg.BindAddress, fmt.Sprint(cfg.HTTPSPort)), "adminKubeconfig", state.Files.AdminKubeconfig)
 	return api.Run(ctx)
 }
