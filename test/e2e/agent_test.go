@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +27,7 @@ type agentProc struct {
 func startAgent(t testing.TB, s *server, dataDir string, args ...string) *agentProc {
 	t.Helper()
 	a := &agentProc{t: t, dataDir: dataDir, log: &syncBuffer{}, exited: make(chan struct{})}
-	all := append([]string{"--server", fmt.Sprintf("https://127.0.0.1:%d", s.port), "--data-dir", dataDir}, args...)
+	all := append([]string{"--server", s.url(), "--data-dir", dataDir}, args...)
 	a.cmd = exec.Command(agentBin, all...)
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
 	if err := a.cmd.Start(); err != nil {

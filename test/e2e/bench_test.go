@@ -247,7 +247,7 @@ func BenchmarkIdleWrites(b *testing.B) {
 	}
 }
 
-func adminClient(b *testing.B, s *server) clientset.Interface {
+func adminClient(b testing.TB, s *server) clientset.Interface {
 	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig())
 	if err != nil {
 		b.Fatal(err)

@@ -89,6 +89,7 @@ func forEachBackend(t *testing.T, fn func(t *testing.T, endpoint string)) {
 // server is one muster-server process.
 type server struct {
 	t        testing.TB
+	host     string // the 127.0.0.x address it binds and advertises
 	dataDir  string
 	port     int
 	endpoint string
@@ -101,14 +102,24 @@ type server struct {
 // startServer starts muster-server on a fresh data dir and waits for /readyz.
 func startServer(t testing.TB, endpoint string, extra ...string) *server {
 	t.Helper()
-	s := &server{t: t, dataDir: t.TempDir(), port: freePort(t), endpoint: endpoint, extra: extra}
+	s := newServer(t, "127.0.0.1", endpoint, extra...)
 	s.start()
+	return s
+}
+
+// newServer prepares a muster-server on host without starting it.
+func newServer(t testing.TB, host, endpoint string, extra ...string) *server {
+	t.Helper()
+	s := &server{t: t, host: host, dataDir: t.TempDir(), port: freePort(t), endpoint: endpoint, extra: extra}
 	t.Cleanup(s.stop)
 	return s
 }
 
+// url is the server's HTTPS base URL.
+func (s *server) url() string { return fmt.Sprintf("https://%s:%d", s.host, s.port) }
+
 func (s *server) args() []string {
-	args := []string{"--data-dir", s.dataDir, "--https-port", fmt.Sprint(s.port), "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1"}
+	args := []string{"--data-dir", s.dataDir, "--https-port", fmt.Sprint(s.port), "--bind-address", s.host, "--advertise-address", s.host}
 	if s.endpoint != "" {
 		args = append(args, "--datastore-endpoint", s.endpoint)
 	}
@@ -196,7 +207,7 @@ func (s *server) caPool() *x509.CertPool {
 // get makes an unauthenticated request that trusts the server's CA.
 func (s *server) get(path string) (int, []byte, error) {
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: s.caPool()}}}
-	resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d%s", s.port, path))
+	resp, err := client.Get(s.url() + path)
 	if err != nil {
 		return 0, nil, err
 	}
