@@ -94,6 +94,7 @@ func NewStorage[T Object](k Kind[T], typer runtime.ObjectTyper, optsGetter gener
 	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: info.attrs}); err != nil {
 		return nil, fmt.Errorf("setting up storage for %s: %w", info.resource, err)
 	}
+	store.Storage.Storage = unavailableStorage{Interface: store.Storage.Storage, resource: info.resource}
 	statusStore := *store
 	statusStore.UpdateStrategy = status
 	statusStore.ResetFieldsStrategy = status
