@@ -10,7 +10,8 @@ LDFLAGS   := -X github.com/muster-io/muster/internal/version.Version=$(VERSION)
 # memory and the shared 2 cores in check, and long timeouts cover a cold cache.
 TEST_FLAGS ?= -p 1 -count=1 -timeout 45m
 
-.PHONY: all build run test test-unit test-e2e vet generate verify-generated bench postgres-start postgres-stop clean
+# `make ha` starts PostgreSQL, three servers on 127.0.0.1-3 and agents (hack/ha.sh).
+.PHONY: all build run ha ha-stop test test-unit test-e2e vet generate verify-generated bench postgres-start postgres-stop clean
 
 all: build
 
@@ -20,6 +21,12 @@ build:
 
 run: build
 	$(BIN)/muster-server --data-dir $(DATA_DIR)
+
+ha: build
+	hack/ha.sh start muster-ha $(or $(AGENTS),3)
+
+ha-stop:
+	hack/ha.sh stop muster-ha
 
 vet:
 	$(GO) vet ./...
