@@ -1,0 +1,141 @@
+package lifecycle
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/muster-io/muster/internal/identity"
+)
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func machineUser(name string) user.Info {
+	cn, groups := identity.MachineSubject(name, "uid-"+name)
+	return &user.DefaultInfo{Name: cn, Groups: groups}
+}
+
+// The leader judges liveness from its own hearings, the other servers'
+// reports and the start of its term; a report carries ages, so the
+// servers' clocks need not agree.
+func TestTrackerLiveness(t *testing.T) {
+	const silence = 40 * time.Second
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name string
+		// steps run in order on a tracker whose clock starts at t0
+		steps    func(tr *Tracker, c *clock)
+		machine  string
+		wantLive bool
+		wantSeen time.Duration // since t0; -1 for never
+	}{
+		{
+			name:     "never heard, no term",
+			steps:    func(*Tracker, *clock) {},
+			machine:  "m", wantLive: false, wantSeen: -1,
+		},
+		{
+			name:    "heard here recently",
+			steps:   func(tr *Tracker, c *clock) { tr.Observe(machineUser("m")); c.t = c.t.Add(30 * time.Second) },
+			machine: "m", wantLive: true, wantSeen: 0,
+		},
+		{
+			name:    "heard here too long ago",
+			steps:   func(tr *Tracker, c *clock) { tr.Observe(machineUser("m")); c.t = c.t.Add(41 * time.Second) },
+			machine: "m", wantLive: false, wantSeen: 0,
+		},
+		{
+			name: "heard by another server",
+			steps: func(tr *Tracker, c *clock) {
+				c.t = c.t.Add(50 * time.Second)
+				tr.Merge(Report{AgesMillis: map[string]int64{"m": 5000}})
+			},
+			machine: "m", wantLive: true, wantSeen: 45 * time.Second,
+		},
+		{
+			name: "an older report does not move the hearing back",
+			steps: func(tr *Tracker, c *clock) {
+				tr.Merge(Report{AgesMillis: map[string]int64{"m": 0}})
+				tr.Merge(Report{AgesMillis: map[string]int64{"m": 20000}})
+			},
+			machine: "m", wantLive: true, wantSeen: 0,
+		},
+		{
+			name: "a new term counts as a hearing, but is not recorded as one",
+			steps: func(tr *Tracker, c *clock) {
+				c.t = c.t.Add(time.Hour)
+				tr.Begin()
+				c.t = c.t.Add(39 * time.Second)
+			},
+			machine: "m", wantLive: true, wantSeen: -1,
+		},
+		{
+			name: "silent for a whole term",
+			steps: func(tr *Tracker, c *clock) {
+				tr.Begin()
+				c.t = c.t.Add(40 * time.Second)
+			},
+			machine: "m", wantLive: false, wantSeen: -1,
+		},
+		{
+			name:    "administrators are not machines",
+			steps:   func(tr *Tracker, c *clock) { tr.Observe(&user.DefaultInfo{Name: "muster-admin", Groups: []string{"system:masters"}}) },
+			machine: "muster-admin", wantLive: false, wantSeen: -1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &clock{t: t0}
+			tr := NewTracker()
+			tr.now = c.now
+			tt.steps(tr, c)
+			if got := tr.Live(tt.machine, silence); got != tt.wantLive {
+				t.Errorf("Live = %v, want %v", got, tt.wantLive)
+			}
+			seen := tr.LastSeen(tt.machine)
+			switch {
+			case tt.wantSeen < 0 && !seen.IsZero():
+				t.Errorf("LastSeen = %s, want never", seen)
+			case tt.wantSeen >= 0 && !seen.Equal(t0.Add(tt.wantSeen)):
+				t.Errorf("LastSeen = %s, want t0+%s", seen, tt.wantSeen)
+			}
+		})
+	}
+}
+
+// What one server reports is what another merges; the leader is told of
+// machines it had not heard of, so it looks at them at once.
+func TestTrackerReportRoundTrip(t *testing.T) {
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	peer := NewTracker()
+	peer.now = c.now
+	peer.Observe(machineUser("a"))
+	c.t = c.t.Add(3 * time.Second)
+	peer.Observe(machineUser("b"))
+	c.t = c.t.Add(reportWindow)
+	peer.Observe(machineUser("c"))
+	r := peer.Report()
+	if len(r.AgesMillis) != 1 || r.AgesMillis["c"] != 0 {
+		t.Fatalf("report %v, want only c (a and b are older than the window)", r.AgesMillis)
+	}
+
+	c.t = c.t.Add(-reportWindow)
+	r = Report{AgesMillis: map[string]int64{"a": 3000, "b": 0}}
+	leader := NewTracker()
+	leader.now = c.now
+	var told []string
+	leader.onReturn = func(m string) { told = append(told, m) }
+	leader.Observe(machineUser("a"))
+	leader.Merge(r)
+	if len(told) != 2 || told[0] != "a" || told[1] != "b" {
+		// "a" was heard locally first (told then), "b" first by the peer.
+		t.Fatalf("told of %v, want a (own hearing) then b (peer report)", told)
+	}
+	leader.Merge(r)
+	if len(told) != 2 {
+		t.Fatalf("told again of machines already known: %v", told)
+	}
+}
