@@ -153,8 +153,8 @@ func (l *leaseLock) remember(lease *api.ControllerLease) {
 }
 
 func (l *leaseLock) RecordEvent(string) {}
-func (l *leaseLock) Identity() string  { return l.identity }
-func (l *leaseLock) Describe() string  { return "controllerleases/" + l.name }
+func (l *leaseLock) Identity() string   { return l.identity }
+func (l *leaseLock) Describe() string   { return "controllerleases/" + l.name }
 
 func toRecord(s api.ControllerLeaseSpec) resourcelock.LeaderElectionRecord {
 	r := resourcelock.LeaderElectionRecord{

@@ -33,9 +33,9 @@ func TestTrackerLiveness(t *testing.T) {
 		wantSeen time.Duration // since t0; -1 for never
 	}{
 		{
-			name:     "never heard, no term",
-			steps:    func(*Tracker, *clock) {},
-			machine:  "m", wantLive: false, wantSeen: -1,
+			name:    "never heard, no term",
+			steps:   func(*Tracker, *clock) {},
+			machine: "m", wantLive: false, wantSeen: -1,
 		},
 		{
 			name:    "heard here recently",
@@ -81,8 +81,10 @@ func TestTrackerLiveness(t *testing.T) {
 			machine: "m", wantLive: false, wantSeen: -1,
 		},
 		{
-			name:    "administrators are not machines",
-			steps:   func(tr *Tracker, c *clock) { tr.Observe(&user.DefaultInfo{Name: "muster-admin", Groups: []string{"system:masters"}}) },
+			name: "administrators are not machines",
+			steps: func(tr *Tracker, c *clock) {
+				tr.Observe(&user.DefaultInfo{Name: "muster-admin", Groups: []string{"system:masters"}})
+			},
 			machine: "muster-admin", wantLive: false, wantSeen: -1,
 		},
 	}
