@@ -74,6 +74,13 @@ func TestHASharedControlPlane(t *testing.T) {
 			t.Fatalf("server %s has another CA than server 1", s.host)
 		}
 	}
+	raw := storedBytes(t, s1, s1.endpoint)
+	if !strings.Contains(string(raw), "/muster/bootstrap/ca") {
+		t.Fatal("the sealed CA is not in the datastore")
+	}
+	if strings.Contains(string(raw), "PRIVATE KEY") {
+		t.Fatal("the datastore holds a private key in the clear")
+	}
 	for _, s := range servers {
 		// The real kubectl with server 1's kubeconfig, pointed at each server.
 		s1.mustKubectl("--server", s.url(), "get", "machines")
