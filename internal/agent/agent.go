@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/muster-io/muster/internal/agent/loadbalancer"
 	"github.com/muster-io/muster/internal/jointoken"
 	"github.com/muster-io/muster/internal/pki"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
@@ -49,6 +50,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if err := a.startLoadBalancer(ctx); err != nil {
+		return err
+	}
 	a.say("running as machine %s; waiting for work", machine)
 	for ctx.Err() == nil {
 		// The workers use a client made from the current certificate; after
@@ -67,6 +71,9 @@ func Run(ctx context.Context, cfg Config) error {
 type agent struct {
 	cfg Config
 	dir dataDir
+	// lb carries every certificate-authenticated connection once the
+	// agent holds a certificate.
+	lb *loadbalancer.LoadBalancer
 }
 
 func (a *agent) say(format string, args ...interface{}) {
@@ -81,6 +88,11 @@ func (a *agent) credential(ctx context.Context) (string, error) {
 		return "", err
 	}
 	if _, err := os.Stat(a.dir.path(certFile)); err == nil {
+		// Through the load balancer, so that a restart finds the servers
+		// it learned even when --server is down.
+		if err := a.startLoadBalancer(ctx); err != nil {
+			return "", err
+		}
 		machine, err := a.checkCertificate(ctx)
 		if err == nil {
 			a.say("using the stored certificate of machine %s (no re-registration)", machine)
@@ -337,6 +349,9 @@ func (a *agent) client() (versioned.Interface, error) {
 	server := a.cfg.Server
 	if s, err := a.dir.read(serverFile); err == nil && server == "" {
 		server = s
+	}
+	if a.lb != nil {
+		server = "https://" + a.lb.Address()
 	}
 	return versioned.NewForConfig(&rest.Config{
 		// client-go's default of 5 requests/s would queue a plan's status

@@ -19,6 +19,11 @@ import (
 // datastore write (the server notes it in memory).
 const HeartbeatInterval = 5 * time.Second
 
+// learnEvery is how many heartbeats apart the agent refreshes its load
+// balancer's server list: servers come and go rarely, and a fleet of
+// thousands listing them every heartbeat would double the server's load.
+const learnEvery = 6
+
 // checkIn reports the agent's version and addresses, writing only when they
 // changed; it reports whether the Machine now shows them.
 func (a *agent) checkIn(ctx context.Context, c versioned.Interface, machine string) bool {
@@ -48,11 +53,14 @@ func (a *agent) heartbeat(ctx context.Context, c versioned.Interface, machine st
 	t := time.NewTicker(HeartbeatInterval)
 	defer t.Stop()
 	checkedIn := a.checkIn(ctx, c, machine)
-	for {
+	for beat := 0; ; beat++ {
 		if !checkedIn {
 			checkedIn = a.checkIn(ctx, c, machine)
 		}
 		_, _ = c.MusterV1alpha1().Machines().Get(ctx, machine, metav1.GetOptions{ResourceVersion: "0"})
+		if beat%learnEvery == 0 {
+			a.learnServers(ctx, c)
+		}
 		select {
 		case <-ctx.Done():
 			return

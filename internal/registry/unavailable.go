@@ -26,7 +26,19 @@ func (s unavailableStorage) Create(ctx context.Context, key string, obj, out run
 }
 
 func (s unavailableStorage) Delete(ctx context.Context, key string, out runtime.Object, pre *storage.Preconditions, v storage.ValidateObjectFunc, cached runtime.Object, opts storage.DeleteOptions) error {
-	return s.translate(s.Interface.Delete(ctx, key, out, pre, v, cached, opts))
+	var own error
+	validate := v
+	if v != nil {
+		validate = func(ctx context.Context, obj runtime.Object) error {
+			own = v(ctx, obj)
+			return own
+		}
+	}
+	err := s.Interface.Delete(ctx, key, out, pre, validate, cached, opts)
+	if err != nil && errors.Is(err, own) {
+		return err
+	}
+	return s.translate(err)
 }
 
 func (s unavailableStorage) Get(ctx context.Context, key string, opts storage.GetOptions, out runtime.Object) error {
@@ -38,7 +50,20 @@ func (s unavailableStorage) GetList(ctx context.Context, key string, opts storag
 }
 
 func (s unavailableStorage) GuaranteedUpdate(ctx context.Context, key string, out runtime.Object, ignoreNotFound bool, pre *storage.Preconditions, tryUpdate storage.UpdateFunc, cached runtime.Object) error {
-	return s.translate(s.Interface.GuaranteedUpdate(ctx, key, out, ignoreNotFound, pre, tryUpdate, cached))
+	// Errors of the registry's own update function (validation, and the
+	// generic store's signal that emptied finalizers mean delete) go back
+	// to it untouched: only the datastore's own failures are translated.
+	var own error
+	update := func(in runtime.Object, meta storage.ResponseMeta) (runtime.Object, *uint64, error) {
+		obj, ttl, err := tryUpdate(in, meta)
+		own = err
+		return obj, ttl, err
+	}
+	err := s.Interface.GuaranteedUpdate(ctx, key, out, ignoreNotFound, pre, update, cached)
+	if err != nil && errors.Is(err, own) {
+		return err
+	}
+	return s.translate(err)
 }
 
 // translate leaves alone what the API already explains (not found,

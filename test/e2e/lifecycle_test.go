@@ -102,7 +102,7 @@ func TestDatastoreErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &server{t: t, dataDir: t.TempDir(), port: freePort(t), endpoint: tc.endpoint}
+			s := newServer(t, "127.0.0.1", tc.endpoint)
 			s.launch()
 			<-s.exited
 			log := s.log.String()

@@ -1,0 +1,111 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/muster-io/muster/internal/agent/loadbalancer"
+	"github.com/muster-io/muster/internal/serverendpoint"
+	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+)
+
+// lbStateFile keeps the servers the load balancer learned, with the
+// --server they were learned through.
+const lbStateFile = "loadbalancer.json"
+
+// startLoadBalancer starts the local load balancer that every
+// certificate-authenticated client goes through, seeded with --server (or
+// the server the agent joined through). Joining itself goes to --server
+// directly: the CA must be pinned from there before anything else.
+func (a *agent) startLoadBalancer(ctx context.Context) error {
+	if a.lb != nil {
+		return nil
+	}
+	server := a.cfg.Server
+	if s, err := a.dir.read(serverFile); err == nil && server == "" {
+		server = s
+	}
+	seed, err := hostPort(server)
+	if err != nil {
+		return fatal("--server %q: %v", server, err)
+	}
+	caPEM, err := os.ReadFile(a.dir.path(caFile))
+	if err != nil {
+		return fmt.Errorf("reading the pinned CA: %w", err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	check := &http.Client{Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		DisableKeepAlives: true,
+	}}
+	lb, err := loadbalancer.New(loadbalancer.Config{
+		Seed:      seed,
+		StateFile: a.dir.path(lbStateFile),
+		// A server counts as healthy when it is ready (its datastore
+		// answers), verified against the pinned CA.
+		HealthCheck: func(ctx context.Context, address string) error {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+address+"/readyz", nil)
+			if err != nil {
+				return err
+			}
+			resp, err := check.Do(req)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("/readyz: %s", resp.Status)
+			}
+			return nil
+		},
+		Log: a.say,
+	})
+	if err != nil {
+		return err
+	}
+	a.lb = lb
+	go lb.Run(ctx)
+	return nil
+}
+
+// learnServers gives the load balancer the live ServerEndpoints. A failed
+// or empty answer keeps what it knows.
+func (a *agent) learnServers(ctx context.Context, c versioned.Interface) {
+	if a.lb == nil {
+		return
+	}
+	list, err := c.MusterV1alpha1().ServerEndpoints().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	var live []string
+	for i := range list.Items {
+		if serverendpoint.Live(&list.Items[i], now) {
+			live = append(live, list.Items[i].Spec.Address)
+		}
+	}
+	a.lb.SetServers(live)
+}
+
+// hostPort is the host:port of a server URL; https without a port is 443.
+func hostPort(server string) (string, error) {
+	u, err := url.Parse(server)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("not a URL like https://10.0.0.1:9443")
+	}
+	if u.Port() == "" {
+		return net.JoinHostPort(u.Hostname(), "443"), nil
+	}
+	return u.Host, nil
+}
