@@ -456,4 +456,3 @@ func closeAll(s *server) {
 		c.close()
 	}
 }
-

@@ -299,4 +299,3 @@ func sorted(s ...string) []string {
 	slices.Sort(out)
 	return out
 }
-
