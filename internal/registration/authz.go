@@ -12,6 +12,7 @@ import (
 	"github.com/muster-io/muster/internal/identity"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+	listers "github.com/muster-io/muster/pkg/client/listers/muster/v1alpha1"
 )
 
 // Authorizer holds the rules for callers that are not administrators, like
@@ -21,10 +22,46 @@ import (
 // It checks live state, so a deleted Machine's certificate stops working at once.
 type Authorizer struct {
 	client atomic.Pointer[versioned.Interface]
+	cache  atomic.Pointer[authzCache]
+}
+
+// authzCache is what the authorizer reads before asking the datastore: an
+// agent's every request (heartbeats, its watch, status writes) needs its
+// Machine, and a joining agent's every poll needs its registration.
+type authzCache struct {
+	machines      listers.MachineLister
+	registrations listers.ClusterRegistrationLister
 }
 
 // SetClient gives the authorizer its (privileged, in-process) client.
 func (a *Authorizer) SetClient(c versioned.Interface) { a.client.Store(&c) }
+
+// SetListers lets the authorizer answer from informer caches. A miss, or a
+// Machine whose UID does not match the certificate, is checked live, so a
+// just-created object is never refused; a deleted Machine's certificate
+// stops working as soon as the deletion reaches this server's cache
+// (milliseconds; at most the datastore poll interval in HA).
+func (a *Authorizer) SetListers(machines listers.MachineLister, registrations listers.ClusterRegistrationLister) {
+	a.cache.Store(&authzCache{machines: machines, registrations: registrations})
+}
+
+func (a *Authorizer) getMachine(ctx context.Context, c versioned.Interface, name, uid string) (*api.Machine, error) {
+	if cache := a.cache.Load(); cache != nil {
+		if m, err := cache.machines.Get(name); err == nil && string(m.UID) == uid {
+			return m, nil
+		}
+	}
+	return c.MusterV1alpha1().Machines().Get(ctx, name, metav1.GetOptions{})
+}
+
+func (a *Authorizer) getRegistration(ctx context.Context, c versioned.Interface, name string) (*api.ClusterRegistration, error) {
+	if cache := a.cache.Load(); cache != nil {
+		if r, err := cache.registrations.Get(name); err == nil {
+			return r, nil
+		}
+	}
+	return c.MusterV1alpha1().ClusterRegistrations().Get(ctx, name, metav1.GetOptions{})
+}
 
 // Authorize implements the decision for muster callers; anything else is NoOpinion.
 func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
@@ -75,7 +112,7 @@ func (a *Authorizer) bootstrap(ctx context.Context, attrs authorizer.Attributes,
 		if c == nil || attrs.GetName() == "" {
 			return authorizer.DecisionDeny, only, nil
 		}
-		reg, err := (*c).MusterV1alpha1().ClusterRegistrations().Get(ctx, attrs.GetName(), metav1.GetOptions{})
+		reg, err := a.getRegistration(ctx, *c, attrs.GetName())
 		if apierrors.IsNotFound(err) {
 			// Let the request through to answer 404: a name reveals nothing.
 			return authorizer.DecisionAllow, "", nil
@@ -95,7 +132,7 @@ func (a *Authorizer) machine(ctx context.Context, attrs authorizer.Attributes, n
 	if c == nil {
 		return authorizer.DecisionNoOpinion, "", fmt.Errorf("authorizer not ready")
 	}
-	m, err := (*c).MusterV1alpha1().Machines().Get(ctx, name, metav1.GetOptions{})
+	m, err := a.getMachine(ctx, *c, name, uid)
 	if apierrors.IsNotFound(err) || (err == nil && string(m.UID) != uid) {
 		return authorizer.DecisionDeny, fmt.Sprintf("machine %s no longer exists: its certificate is void; register again with a new join token", name), nil
 	}
@@ -111,7 +148,7 @@ func (a *Authorizer) machine(ctx context.Context, attrs authorizer.Attributes, n
 			return authorizer.DecisionAllow, "", nil
 		}
 		if attrs.GetVerb() == "get" && attrs.GetName() != "" {
-			reg, err := (*c).MusterV1alpha1().ClusterRegistrations().Get(ctx, attrs.GetName(), metav1.GetOptions{})
+			reg, err := a.getRegistration(ctx, *c, attrs.GetName())
 			if apierrors.IsNotFound(err) {
 				return authorizer.DecisionAllow, "", nil
 			}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,9 +40,16 @@ type Controller struct {
 	ca            *pki.CA
 	registrations listers.ClusterRegistrationLister
 	tokens        listers.ClusterRegistrationTokenLister
+	machines      listers.MachineLister
 	queue         workqueue.TypedRateLimitingInterface[string]
 	synced        []cache.InformerSynced
 	validity      time.Duration
+
+	// uses counts grants per join token not yet written to its status:
+	// a fleet joining with one token would otherwise serialize on
+	// conflicting writes to that one object.
+	usesMu sync.Mutex
+	uses   map[string]int
 }
 
 // NewController wires the controller to its informers.
@@ -53,9 +61,11 @@ func NewController(client versioned.Interface, factory informers.SharedInformerF
 		ca:            ca,
 		registrations: regs.Lister(),
 		tokens:        toks.Lister(),
+		machines:      factory.Muster().V1alpha1().Machines().Lister(),
 		queue:         workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		synced:        []cache.InformerSynced{regs.Informer().HasSynced, toks.Informer().HasSynced},
+		synced:        []cache.InformerSynced{regs.Informer().HasSynced, toks.Informer().HasSynced, factory.Muster().V1alpha1().Machines().Informer().HasSynced},
 		validity:      validity,
+		uses:          map[string]int{},
 	}
 	enqueue := func(obj interface{}) {
 		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
@@ -82,8 +92,12 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 			}
 		}, time.Second)
 	}
-	<-ctx.Done()
+	wait.UntilWithContext(ctx, c.flushUses, usesFlushInterval)
+	c.flushUses(context.Background())
 }
+
+// usesFlushInterval is how stale a token's registration count may be.
+const usesFlushInterval = time.Second
 
 func (c *Controller) next(ctx context.Context) bool {
 	key, quit := c.queue.Get()
@@ -189,7 +203,9 @@ func (c *Controller) ensureCluster(ctx context.Context, reg *api.ClusterRegistra
 // an existing Machine of this node name is this node's.
 func (c *Controller) ensureMachine(ctx context.Context, reg *api.ClusterRegistration) (*api.Machine, error) {
 	machines := c.client.MusterV1alpha1().Machines()
-	m, err := machines.Get(ctx, reg.Spec.NodeName, metav1.GetOptions{})
+	// The cache answers for the machines that exist; a new node's Machine
+	// is created, and a create racing another shows up as AlreadyExists.
+	m, err := c.machines.Get(reg.Spec.NodeName)
 	if apierrors.IsNotFound(err) {
 		cluster, cerr := c.ensureCluster(ctx, reg)
 		if cerr != nil {
@@ -250,22 +266,39 @@ func (c *Controller) cleanupSuperseded(ctx context.Context, granted *api.Cluster
 	}
 }
 
-func (c *Controller) countUse(ctx context.Context, tokenID string) {
+func (c *Controller) countUse(_ context.Context, tokenID string) {
 	if tokenID == "" {
 		return
 	}
+	c.usesMu.Lock()
+	c.uses[tokenID]++
+	c.usesMu.Unlock()
+}
+
+// flushUses adds the grants counted since the last flush to each token's
+// status, one write per token however many agents joined with it.
+func (c *Controller) flushUses(ctx context.Context) {
+	c.usesMu.Lock()
+	pending := c.uses
+	c.uses = map[string]int{}
+	c.usesMu.Unlock()
 	tokens := c.client.MusterV1alpha1().ClusterRegistrationTokens()
-	_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		t, err := tokens.Get(ctx, tokenID, metav1.GetOptions{})
-		if err != nil {
+	for id, n := range pending {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			t, err := tokens.Get(ctx, id, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			now := metav1.Now()
+			t.Status.Registrations += int32(n)
+			t.Status.LastUsed = &now
+			_, err = tokens.UpdateStatus(ctx, t, metav1.UpdateOptions{})
 			return err
+		})
+		if err != nil && !apierrors.IsNotFound(err) {
+			klog.ErrorS(err, "Recording a join token's use", "token", id)
 		}
-		now := metav1.Now()
-		t.Status.Registrations++
-		t.Status.LastUsed = &now
-		_, err = tokens.UpdateStatus(ctx, t, metav1.UpdateOptions{})
-		return err
-	})
+	}
 }
 
 // bindPassword records which Machine owns a node password, so that the

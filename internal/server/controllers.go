@@ -43,6 +43,8 @@ type controllers struct {
 	rules    *registration.Authorizer
 	liveness *lifecycle.Tracker
 	client   versioned.Interface
+	factory  informers.SharedInformerFactory
+	stop     <-chan struct{}
 }
 
 // start runs on the privileged loopback client once the API serves.
@@ -57,8 +59,14 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 	}
 	c.client = client
 	factory := informers.NewSharedInformerFactory(client, 0)
-	tokenInformer := factory.Muster().V1alpha1().ClusterRegistrationTokens()
+	c.factory = factory
+	c.stop = ctx.Done()
+	v := factory.Muster().V1alpha1()
+	tokenInformer := v.ClusterRegistrationTokens()
 	tokenInformer.Informer()
+	machines, registrations := v.Machines(), v.ClusterRegistrations()
+	machines.Informer()
+	registrations.Informer()
 	c.rules.SetClient(client)
 	factory.Start(ctx.Done())
 	// The hook returns (and /readyz turns ready) only once every join token
@@ -67,6 +75,12 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 		return fmt.Errorf("join tokens could not be loaded from the datastore")
 	}
 	c.tokens.SetLister(tokenInformer.Lister(), client)
+	// The authorizer reads through to the datastore until its caches fill.
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), machines.Informer().HasSynced, registrations.Informer().HasSynced) {
+			c.rules.SetListers(machines.Lister(), registrations.Lister())
+		}
+	}()
 	c.liveness.Begin()
 
 	go serverendpoint.Publish(ctx, client, c.self, c.address)
@@ -84,18 +98,19 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 	return nil
 }
 
-// lead runs the controllers for one term of leadership. They get their own
-// informers, started and stopped with the term, so a server that loses the
-// lease keeps no controller state that could act on a stale view.
+// lead runs the controllers for one term of leadership. They share the
+// informers every server keeps for authentication and authorization: a
+// second set would decode every change twice, which a registration storm
+// pays for. Their queues end with the term.
 func (c *controllers) lead(term context.Context) {
-	factory := informers.NewSharedInformerFactory(c.client, 0)
+	factory := c.factory
 	granter := registration.NewController(c.client, factory, c.ca, c.cfg.AgentCertificateValidity)
 	housekeeper := registration.NewHousekeeper(c.client, factory)
 	machines := lifecycle.NewController(c.client, factory, c.liveness, c.cfg.AgentSilenceThreshold)
 	endpoints := factory.Muster().V1alpha1().ServerEndpoints()
 	endpoints.Informer()
-	factory.Start(term.Done())
-	defer factory.Shutdown()
+	// Start what the controllers added; it runs until the server stops.
+	factory.Start(c.stop)
 	// Machines whose agents talk to another server were heard there; until
 	// those reports arrive, count the start of the term as a hearing.
 	c.liveness.Begin()
