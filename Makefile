@@ -38,10 +38,15 @@ test: build
 	$(GO) vet ./...
 	MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server MUSTER_AGENT_BIN=$(CURDIR)/$(BIN)/muster-agent $(GO) test $(TEST_FLAGS) ./...
 
-# Whole-server figures with real processes (cold start, RSS, kubectl apply of
-# 1,000 objects on SQLite and PostgreSQL). Prints them; asserts nothing.
+# The figures users choose us for, beside the datastore ceiling measured in
+# the same run: registration and restart storms, plan fan-out and latency, an
+# idle fleet, on SQLite and PostgreSQL (test/bench; `make test` runs the same
+# harness at smoke scale). Then whole-server figures (cold start, RSS, kubectl
+# apply of 1,000 objects). Prints them; asserts nothing about speed.
+# MUSTER_BENCH_AGENTS=1000 MUSTER_BENCH_IDLE=60s make bench for a shorter run.
 bench: build
 	mkdir -p bench/out
+	MUSTER_BENCH_SCALE=full MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server $(GO) test -count=1 -run '^TestBench$$' -v -timeout 180m ./test/bench | tee bench/out/bench.txt
 	MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server MUSTER_AGENT_BIN=$(CURDIR)/$(BIN)/muster-agent $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/e2e | tee bench/out/server.txt
 
 generate:

@@ -1,0 +1,10 @@
+package bench
+
+import (
+	"os"
+	"testing"
+
+	"github.com/muster-io/muster/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m.Run)) }
