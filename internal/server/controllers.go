@@ -30,6 +30,12 @@ import (
 // controllers; one lease for all of them, since they share informers.
 const controllerLease = "muster-controllers"
 
+// controllerWorkers is how many objects each controller works on at once.
+// A grant is a chain of datastore round trips; on PostgreSQL each takes
+// milliseconds, so a few workers would cap a registration storm at a few
+// dozen grants a second however idle the CPU.
+const controllerWorkers = 16
+
 // controllers is what runs in the server beside the API: on every server
 // the caches the authenticator and authorizer read and the ServerEndpoint
 // renewal; on the elected leader only, the controllers that write.
@@ -116,9 +122,9 @@ func (c *controllers) lead(term context.Context) {
 	c.liveness.Begin()
 	go lifecycle.PollPeers(term, c.liveness, endpoints.Lister(), c.self, c.peerTLS)
 	go serverendpoint.Sweep(term, c.client, endpoints.Lister())
-	go granter.Run(term, 4)
+	go granter.Run(term, controllerWorkers)
 	go housekeeper.Run(term)
-	machines.Run(term, 4)
+	machines.Run(term, controllerWorkers)
 }
 
 // withdraw deletes this server's endpoint at the start of a clean shutdown.

@@ -7,7 +7,8 @@
 // Scale comes from MUSTER_BENCH_SCALE: "smoke" (the default, what `make
 // test` runs: it checks that the harness works and asserts nothing about
 // speed) or "full" (the issue's sizes; `make bench`). MUSTER_BENCH_AGENTS
-// and MUSTER_BENCH_IDLE override the fleet size and the idle window.
+// and MUSTER_BENCH_IDLE override the fleet size and the idle window;
+// MUSTER_BENCH_BACKENDS=sqlite (or postgres) runs one backend only.
 package bench
 
 import (
@@ -107,7 +108,11 @@ func TestBench(t *testing.T) {
 		{"sqlite", func(*testing.T) string { return "" }},
 		{"postgres", func(t *testing.T) string { return pgtest.DSN(t) }},
 	}
+	only := os.Getenv("MUSTER_BENCH_BACKENDS")
 	for _, b := range backends {
+		if only != "" && !strings.Contains(only, b.name) {
+			continue
+		}
 		t.Run(b.name, func(t *testing.T) {
 			r.set(ceilingName, "txn/s", "", false, b.name, ceiling(t, b.dsn(t), sc.CeilingDuration))
 			runScenarios(t, r, sc, bin, b.name, b.dsn(t))
