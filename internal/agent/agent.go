@@ -6,14 +6,12 @@ package agent
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -163,7 +161,10 @@ func (a *agent) join(ctx context.Context, id identity) (string, error) {
 	}
 
 	a.say("fetching the CA from %s/cacerts", a.cfg.Server)
-	ca, err := fetchCA(ctx, a.cfg.Server)
+	ca, err := jointoken.FetchCA(ctx, a.cfg.Server)
+	if errors.Is(err, jointoken.ErrBadServerURL) {
+		return "", fatal("%v", err)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -366,25 +367,4 @@ func (a *agent) client() (versioned.Interface, error) {
 			CAFile: a.dir.path(caFile), CertFile: a.dir.path(certFile), KeyFile: a.dir.path(keyFile),
 		},
 	})
-}
-
-// fetchCA reads /cacerts without trusting the server yet: what it returns is
-// trusted only if its hash matches the token.
-func fetchCA(ctx context.Context, server string) ([]byte, error) {
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // verified by hash below
-	}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(server, "/")+"/cacerts", nil)
-	if err != nil {
-		return nil, fatal("--server %q is not a URL: %v", server, err)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("reaching %s: %w", server, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s/cacerts answered %s", server, resp.Status)
-	}
-	return io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 }

@@ -4,10 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -25,19 +21,8 @@ import (
 // writes with 503; when PostgreSQL returns they recover by themselves,
 // and nothing written before is lost.
 func TestHADatastoreOutage(t *testing.T) {
-	pgDir, err := os.MkdirTemp("", "muster-ha-outage-pg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(pgDir) })
-	script := filepath.Join("..", "..", "hack", "postgres.sh")
-	out, err := exec.Command(script, "start", pgDir).CombinedOutput()
-	if err != nil {
-		t.Fatalf("starting PostgreSQL: %v\n%s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command(script, "stop", pgDir).Run() })
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	dsn := lines[len(lines)-1]
+	pg := startOwnPostgres(t)
+	dsn := pg.dsn
 
 	servers := startHA(t, dsn, 2)
 	token := newToken(t, servers[0])
@@ -55,18 +40,16 @@ func TestHADatastoreOutage(t *testing.T) {
 		return allRunning(c, "outage-a", "outage-b")
 	})
 
-	if out, err := exec.Command(script, "stop", pgDir).CombinedOutput(); err != nil {
-		t.Fatalf("stopping PostgreSQL: %v\n%s", err, out)
-	}
+	pg.run("stop")
 	stopped := time.Now()
 	for _, s := range servers {
 		waitFor(t, 30*time.Second, s.host+" to report not-ready", func() bool {
 			code, _, err := s.get("/readyz")
-			return err == nil && code == http.StatusServiceUnavailable || err == nil && code >= 500
+			return err == nil && code >= 500
 		})
 	}
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	_, err = clientVia(t, servers[0], servers[1]).MusterV1alpha1().Clusters().Create(wctx, &api.Cluster{
+	_, err := clientVia(t, servers[0], servers[1]).MusterV1alpha1().Clusters().Create(wctx, &api.Cluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "during-outage"},
 	}, metav1.CreateOptions{})
 	cancel()
@@ -83,9 +66,7 @@ func TestHADatastoreOutage(t *testing.T) {
 		}
 	}
 
-	if out, err := exec.Command(script, "start", pgDir).CombinedOutput(); err != nil {
-		t.Fatalf("restarting PostgreSQL: %v\n%s", err, out)
-	}
+	pg.run("start")
 	back := time.Now()
 	for _, s := range servers {
 		waitFor(t, 60*time.Second, s.host+" to be ready again", func() bool {

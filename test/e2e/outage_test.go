@@ -15,28 +15,13 @@ import (
 // itself with nothing lost. The PostgreSQL here is the test's own, so that
 // stopping it disturbs no other test.
 func TestReadyzFollowsDatastore(t *testing.T) {
-	// Not t.TempDir(): its parent is private to root, and PostgreSQL runs
-	// as the postgres user.
-	pgDir, err := os.MkdirTemp("", "muster-outage-pg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(pgDir) })
-	script := filepath.Join("..", "..", "hack", "postgres.sh")
-	out, err := exec.Command(script, "start", pgDir).CombinedOutput()
-	if err != nil {
-		t.Fatalf("starting PostgreSQL: %v\n%s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command(script, "stop", pgDir).Run() })
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	dsn := lines[len(lines)-1]
+	pg := startOwnPostgres(t)
+	dsn := pg.dsn
 
 	s := startServer(t, dsn)
 	s.mustKubectl("apply", "-f", testdata("manifests", "cluster.yaml"))
 
-	if out, err := exec.Command(script, "stop", pgDir).CombinedOutput(); err != nil {
-		t.Fatalf("stopping PostgreSQL: %v\n%s", err, out)
-	}
+	pg.run("stop")
 	waitFor(t, 60*time.Second, "readyz to fail while PostgreSQL is down", func() bool {
 		code, _, err := s.get("/readyz")
 		return err == nil && code != http.StatusOK
@@ -50,15 +35,50 @@ func TestReadyzFollowsDatastore(t *testing.T) {
 	default:
 	}
 
-	if out, err := exec.Command(script, "start", pgDir).CombinedOutput(); err != nil {
-		t.Fatalf("restarting PostgreSQL: %v\n%s", err, out)
-	}
+	pg.run("start")
 	waitFor(t, 90*time.Second, "readyz to recover after PostgreSQL returned", func() bool {
 		code, _, err := s.get("/readyz")
 		return err == nil && code == http.StatusOK
 	})
 	s.mustKubectl("get", "cluster", "edge-east")
 	s.mustKubectl("apply", "--server-side", "-f", testdata("manifests", "machine.yaml"))
+}
+
+// ownPostgres is a PostgreSQL server of the test's own, which it may stop
+// and start without disturbing other tests.
+type ownPostgres struct {
+	t   *testing.T
+	dir string
+	dsn string
+}
+
+func startOwnPostgres(t *testing.T) *ownPostgres {
+	t.Helper()
+	// Not t.TempDir(): its parent is private to root, and PostgreSQL runs
+	// as the postgres user.
+	dir, err := os.MkdirTemp("", "muster-own-pg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	pg := &ownPostgres{t: t, dir: dir}
+	out := pg.run("start")
+	t.Cleanup(func() { _ = exec.Command(postgresScript(), "stop", dir).Run() })
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	pg.dsn = lines[len(lines)-1]
+	return pg
+}
+
+func postgresScript() string { return filepath.Join("..", "..", "hack", "postgres.sh") }
+
+// run runs hack/postgres.sh start|stop on the test's server.
+func (pg *ownPostgres) run(verb string) string {
+	pg.t.Helper()
+	out, err := exec.Command(postgresScript(), verb, pg.dir).CombinedOutput()
+	if err != nil {
+		pg.t.Fatalf("hack/postgres.sh %s: %v\n%s", verb, err, out)
+	}
+	return string(out)
 }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
