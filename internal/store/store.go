@@ -91,7 +91,9 @@ func Open(ctx context.Context, cfg Config) (*Datastore, error) {
 	kctx, cancel := context.WithCancel(context.Background())
 	ds.cancel = cancel
 	socket := filepath.Join(cfg.DataDir, "kine.sock")
-	etcd, err := endpoint.Listen(kctx, kineConfig(kineEndpoint, "unix://"+socket, poll))
+	kc := kineConfig(kineEndpoint, "unix://"+socket, poll)
+	kc.GRPCServer = grpcServer(WriteConcurrency(kind))
+	etcd, err := endpoint.Listen(kctx, kc)
 	if err != nil {
 		ds.Close()
 		return nil, fmt.Errorf("starting the %s datastore: %s", kind, redact(err.Error(), cfg.Endpoint))
