@@ -228,11 +228,16 @@ func (a *agent) request(ctx context.Context, c versioned.Interface, id identity)
 	}
 	regs := c.MusterV1alpha1().ClusterRegistrations()
 	a.say("registering node %s (clientID %s)", id.nodeName, id.clientID)
-	if _, err := regs.Create(ctx, reg, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	created, err := regs.Create(ctx, reg, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
 		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsInvalid(err) {
 			return nil, nil, fatal("the server refused the registration: %v", err)
 		}
 		return nil, nil, err
+	}
+	// A token that needs no approval is granted in the create's answer.
+	if err == nil && created.Status.Phase == api.RegistrationPhaseGranted {
+		return created, keyPEM, nil
 	}
 	a.say("waiting for the registration to be granted")
 	// Poll briskly at first (a grant takes milliseconds), then back off

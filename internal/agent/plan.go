@@ -104,13 +104,17 @@ func (r *planRunner) apply(ctx context.Context, plan *api.MachinePlan) (bool, er
 		return false, nil // failed for good; a new plan resets it
 	}
 	plans := r.client.MusterV1alpha1().MachinePlans()
-	plan.Status.State = api.PlanStateInProgress
-	plan, err := plans.UpdateStatus(ctx, plan, metav1.UpdateOptions{})
-	if err != nil {
-		if apierrors.IsConflict(err) {
-			return false, nil // the plan changed under us; the watch brings the new one
+	if plan.Spec.ChangesMachine() {
+		// Recorded before anything runs: a crash from here on leaves
+		// in-progress, which a restart runs again.
+		plan.Status.State = api.PlanStateInProgress
+		var err error
+		if plan, err = plans.UpdateStatus(ctx, plan, metav1.UpdateOptions{}); err != nil {
+			if apierrors.IsConflict(err) {
+				return false, nil // the plan changed under us; the watch brings the new one
+			}
+			return true, fmt.Errorf("recording in-progress: %w", err)
 		}
-		return true, fmt.Errorf("recording in-progress: %w", err)
 	}
 	r.a.say("applying plan %s", short(plan.Status.Checksum))
 	outputs, runErr := runPlan(ctx, &plan.Spec)

@@ -58,6 +58,8 @@ type Config struct {
 	// PeerHandlers are non-resource paths served to the other servers of
 	// the deployment (group muster:servers) and to administrators only.
 	PeerHandlers map[string]http.Handler
+	// NewGranter, if set, builds what grants registrations as they are made.
+	NewGranter registry.NewGranter
 }
 
 // Server is a prepared API server.
@@ -136,7 +138,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("building the API server: %w", err)
 	}
 
-	storages, err := registry.All(Scheme, rc.RESTOptionsGetter)
+	storages, err := registry.All(Scheme, rc.RESTOptionsGetter, cfg.NewGranter)
 	if err != nil {
 		return nil, err
 	}

@@ -24,12 +24,14 @@ import (
 const (
 	// Finalizer holds a deleted Machine until it has gone through
 	// Draining and Deleting and its plan and node password are gone.
-	Finalizer = "muster.io/machine-lifecycle"
+	Finalizer = api.MachineLifecycleFinalizer
 	// LastSeenPersistInterval bounds how stale the stored lastSeen of a
 	// live machine may get: at most one write per machine per interval.
 	LastSeenPersistInterval = 10 * time.Minute
 	// DefaultSilenceThreshold: an agent not heard from for this long is Unavailable.
 	DefaultSilenceThreshold = 40 * time.Second
+	// clusterStatusDelay is how long a Cluster's counts may lag its machines.
+	clusterStatusDelay = time.Second
 )
 
 // Controller is the lifecycle controller.
@@ -61,17 +63,33 @@ func NewController(client versioned.Interface, factory informers.SharedInformerF
 			c.queue.Add(key)
 		}
 	}
-	machineChanged := func(obj interface{}) {
-		byName(obj)
+	// A cluster's health follows its machines' at once; its counts are
+	// refreshed once per delay however many machines changed in it, so a
+	// storm of joins costs one cluster write a second, not one per machine.
+	clusterOf := func(obj interface{}) *api.Machine {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
 		}
-		if m, ok := obj.(*api.Machine); ok {
-			c.clusterQ.Add(m.Spec.Cluster)
+		m, _ := obj.(*api.Machine)
+		return m
+	}
+	countLater := func(obj interface{}) {
+		byName(obj)
+		if m := clusterOf(obj); m != nil {
+			c.clusterQ.AddAfter(m.Spec.Cluster, clusterStatusDelay)
 		}
 	}
 	_, _ = v.Machines().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: machineChanged, UpdateFunc: func(_, o interface{}) { machineChanged(o) }, DeleteFunc: machineChanged,
+		AddFunc: countLater, DeleteFunc: countLater,
+		UpdateFunc: func(old, obj interface{}) {
+			o, m := clusterOf(old), clusterOf(obj)
+			if o != nil && m != nil && unhealthy(o.Status.Phase) != unhealthy(m.Status.Phase) {
+				byName(obj)
+				c.clusterQ.Add(m.Spec.Cluster)
+				return
+			}
+			countLater(obj)
+		},
 	})
 	// A plan is named after its machine.
 	_, _ = v.MachinePlans().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -160,12 +178,18 @@ func (c *Controller) syncMachine(ctx context.Context, name string) error {
 		}
 		next.Status.Phase, next.Status.Reason = api.MachinePhase(to), reason
 	}
-	if plan != nil {
-		next.Status.PlanState = plan.Status.State
-	}
 	if live && !seen.IsZero() && (m.Status.LastSeen == nil || event != "" || now.Sub(m.Status.LastSeen.Time) > LastSeenPersistInterval) {
 		t := metav1.NewTime(seen)
 		next.Status.LastSeen = &t
+	}
+	// The plan's state rides along with a write made anyway, and is worth
+	// a write of its own only when the plan failed: copying every step
+	// (in-progress, then succeeded) would double the writes of a fan-out.
+	if plan != nil && plan.Status.State != m.Status.PlanState {
+		next.Status.PlanState = plan.Status.State
+		if event == "" && plan.Status.State != api.PlanStateFailed && next.Status.LastSeen.Equal(m.Status.LastSeen) {
+			next.Status.PlanState = m.Status.PlanState
+		}
 	}
 	if event == "" && next.Status.PlanState == m.Status.PlanState && next.Status.LastSeen.Equal(m.Status.LastSeen) {
 		return nil
@@ -231,6 +255,11 @@ func probesHealthy(p *api.MachinePlan) bool {
 		}
 	}
 	return true
+}
+
+// unhealthy phases make a machine's cluster Degraded.
+func unhealthy(p api.MachinePhase) bool {
+	return p == api.MachinePhaseUnavailable || p == api.MachinePhaseFailed
 }
 
 func hasFinalizer(m *api.Machine) bool {
@@ -301,17 +330,17 @@ func (c *Controller) syncCluster(ctx context.Context, name string) error {
 		return err
 	}
 	var total, ready int32
-	checkedIn, unhealthy := false, false
+	checkedIn, degraded := false, false
 	for _, m := range ms {
 		if m.Spec.Cluster != name {
 			continue
 		}
 		total++
-		switch m.Status.Phase {
-		case api.MachinePhaseRunning:
+		if m.Status.Phase == api.MachinePhaseRunning {
 			ready++
-		case api.MachinePhaseUnavailable, api.MachinePhaseFailed:
-			unhealthy = true
+		}
+		if unhealthy(m.Status.Phase) {
+			degraded = true
 		}
 		switch m.Status.Phase {
 		case api.MachinePhaseBootstrapping, api.MachinePhaseRunning, api.MachinePhaseUpdating, api.MachinePhaseUnavailable, api.MachinePhaseFailed:
@@ -327,11 +356,11 @@ func (c *Controller) syncCluster(ctx context.Context, name string) error {
 			event, reason = "agent-checked-in", "AgentCheckedIn"
 		}
 	case api.ClusterPhaseActive:
-		if unhealthy {
+		if degraded {
 			event, reason = "machine-unhealthy", "MachineUnhealthy"
 		}
 	case api.ClusterPhaseDegraded:
-		if !unhealthy {
+		if !degraded {
 			event, reason = "machines-healthy", "MachinesHealthy"
 		}
 	}

@@ -79,15 +79,19 @@ func (h *Housekeeper) sweep(ctx context.Context) {
 	now := h.now()
 	passwords, _ := h.passwords.List(labels.Everything())
 	for _, np := range passwords {
-		if _, err := h.machines.Get(np.Name); !apierrors.IsNotFound(err) {
+		// A password is stored a moment before its Machine is created (a
+		// grant binds it in that same moment), so only the grace period
+		// tells a password whose Machine is gone from one whose Machine is
+		// on its way. A deleted Machine's password goes at once anyway:
+		// with the Machine's finalizer, and on its delete event.
+		if _, err := h.machines.Get(np.Name); !apierrors.IsNotFound(err) || now.Sub(np.CreationTimestamp.Time) <= OrphanNodePasswordGrace {
 			continue
 		}
-		switch {
-		case np.Status.Machine != "":
-			h.deletePassword(ctx, np.Name, "its machine was deleted")
-		case now.Sub(np.CreationTimestamp.Time) > OrphanNodePasswordGrace:
-			h.deletePassword(ctx, np.Name, "no machine appeared for it within the grace period")
+		why := "no machine appeared for it within the grace period"
+		if np.Status.Machine != "" {
+			why = "its machine was deleted"
 		}
+		h.deletePassword(ctx, np.Name, why)
 	}
 	tokens, _ := h.tokens.List(labels.Everything())
 	for _, t := range tokens {

@@ -57,8 +57,8 @@ func TestSweep(t *testing.T) {
 	if !exists(np("orphan")) {
 		t.Error("an orphan password was collected inside its grace period")
 	}
-	if exists(np("machine-gone")) {
-		t.Error("the password of a deleted machine was kept")
+	if !exists(np("machine-gone")) {
+		t.Error("a bound password whose Machine is missing was collected inside its grace period (its Machine may be being created)")
 	}
 	if !exists(np("alive")) {
 		t.Error("a live machine's password was deleted")
@@ -75,6 +75,12 @@ func TestSweep(t *testing.T) {
 	h.sweep(ctx)
 	if exists(np("orphan")) {
 		t.Error("an orphan password outlived its grace period")
+	}
+	if exists(np("machine-gone")) {
+		t.Error("the password of a deleted machine outlived the grace period")
+	}
+	if !exists(np("alive")) {
+		t.Error("a live machine's password was deleted")
 	}
 	tokens := client.MusterV1alpha1().ClusterRegistrationTokens()
 	if tok, _ := tokens.Get(ctx, "ttl001", metav1.GetOptions{}); tok == nil || tok.Status.Phase != api.TokenPhaseExpired {

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,6 +29,13 @@ var Machine = Kind[*api.Machine]{
 	NewList:    func() runtime.Object { return &api.MachineList{} },
 	Fields:     api.MachineFields,
 	Lifecycle:  fsm.Machine,
+	Prepare: func(m, old *api.Machine) {
+		// From the start, so that no Machine can be deleted before the
+		// server has drained it, and no controller pass is spent adding it.
+		if old == nil && !slices.Contains(m.Finalizers, api.MachineLifecycleFinalizer) {
+			m.Finalizers = append(m.Finalizers, api.MachineLifecycleFinalizer)
+		}
+	},
 	Validate: func(m *api.Machine) field.ErrorList {
 		spec := field.NewPath("spec")
 		errs := validateDNSSubdomain(m.Spec.Cluster, spec.Child("cluster"), true)

@@ -9,12 +9,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/endpoints/request"
-	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/muster-io/muster/internal/fsm"
 	"github.com/muster-io/muster/internal/identity"
 	"github.com/muster-io/muster/internal/nodepassword"
+	"github.com/muster-io/muster/internal/pki"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
@@ -39,6 +39,10 @@ var ClusterRegistration = Kind[*api.ClusterRegistration]{
 		errs = append(errs, validateRoles(r.Spec.Roles, spec.Child("roles"))...)
 		if len(r.Spec.CSR) > maxCSRBytes {
 			errs = append(errs, field.TooLong(spec.Child("csr"), "", maxCSRBytes))
+		} else if csr, err := pki.ParseCSR(r.Spec.CSR); err != nil {
+			errs = append(errs, field.Invalid(spec.Child("csr"), "<csr>", err.Error()))
+		} else if err := pki.CheckPublicKey(csr.PublicKey); err != nil {
+			errs = append(errs, field.Invalid(spec.Child("csr"), "<csr>", err.Error()))
 		}
 		return errs
 	},
@@ -56,17 +60,34 @@ var ClusterRegistration = Kind[*api.ClusterRegistration]{
 	},
 }
 
+// Granter decides a registration the moment it is made, when nobody has to
+// approve it: it finds or creates the agent's Cluster, Machine and
+// MachinePlan and signs its CSR (internal/registration). The request is
+// then stored Granted, with the certificate in the create's response, so
+// an agent joins in one round trip and a grant costs no controller pass.
+type Granter interface {
+	// AutoApproved reports whether reg may be granted without an operator.
+	AutoApproved(ctx context.Context, reg *api.ClusterRegistration) (bool, error)
+	// Grant returns the cluster, machine and certificate granted to reg.
+	Grant(ctx context.Context, reg *api.ClusterRegistration) (cluster, machine string, cert []byte, err error)
+}
+
+// NewGranter builds the Granter once the stores exist.
+type NewGranter func(*Objects) Granter
+
 // registrationREST is the clusterregistrations resource: the generic store
 // plus the checks a create must pass before anything is stored. They read
 // and write other objects (NodePasswords) and the caller's identity, which a
 // strategy cannot.
 type registrationREST struct {
 	*REST
-	nodePasswords *genericregistry.Store
+	objects *Objects
+	granter Granter
 }
 
-// Create checks who is registering and with which node password, then
-// stores the request without the password.
+// Create checks who is registering and with which node password, grants the
+// request at once when its token needs no approval, then stores it without
+// the password.
 func (r *registrationREST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
 	reg, ok := obj.(*api.ClusterRegistration)
 	if !ok {
@@ -86,62 +107,86 @@ func (r *registrationREST) Create(ctx context.Context, obj runtime.Object, creat
 		}
 	}
 	if want := api.RegistrationName(reg.Spec.ClientID, reg.Spec.ClientRandom); reg.Name != want {
-		return nil, apierrors.NewInvalid(api.SchemeGroupVersion.WithKind("ClusterRegistration").GroupKind(), reg.Name,
-			field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), reg.Name,
-				fmt.Sprintf("must be %q, derived from spec.clientID and spec.clientRandom", want))})
+		return nil, invalidRegistration(reg.Name, field.Invalid(field.NewPath("metadata", "name"), reg.Name,
+			fmt.Sprintf("must be %q, derived from spec.clientID and spec.clientRandom", want)))
 	}
 	password := reg.Spec.NodePassword
 	reg.Spec.NodePassword = ""
 	if err := nodepassword.Validate(password); err != nil {
-		return nil, apierrors.NewInvalid(api.SchemeGroupVersion.WithKind("ClusterRegistration").GroupKind(), reg.Name,
-			field.ErrorList{field.Invalid(field.NewPath("spec", "nodePassword"), "<redacted>", err.Error())})
+		return nil, invalidRegistration(reg.Name, field.Invalid(field.NewPath("spec", "nodePassword"), "<redacted>", err.Error()))
 	}
-	if errs := validateDNSSubdomain(reg.Spec.NodeName, field.NewPath("spec", "nodeName"), true); len(errs) > 0 {
+	// Everything a grant relies on is checked before anything is written.
+	if errs := ClusterRegistration.Validate(reg); len(errs) > 0 {
 		return nil, apierrors.NewInvalid(api.SchemeGroupVersion.WithKind("ClusterRegistration").GroupKind(), reg.Name, errs)
 	}
-	if err := r.checkNodePassword(ctx, reg.Spec.NodeName, password); err != nil {
+	grantNow := false
+	if r.granter != nil {
+		auto, err := r.granter.AutoApproved(ctx, reg)
+		if err != nil {
+			return nil, err
+		}
+		grantNow = auto
+	}
+	if err := r.checkNodePassword(ctx, reg.Spec.NodeName, password, grantNow); err != nil {
 		return nil, err
+	}
+	if grantNow {
+		cluster, machine, cert, err := r.granter.Grant(ctx, reg)
+		if err != nil {
+			return nil, err
+		}
+		if err := startAt(fsm.Registration, reg, "AutoApproved", "approve", "grant"); err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		reg.Status.Transitions[1].Reason = "Granted"
+		reg.Status.Reason, reg.Status.Cluster, reg.Status.Machine, reg.Status.Certificate = "Granted", cluster, machine, cert
+		ctx = asServer(ctx)
 	}
 	return r.REST.Create(ctx, reg, createValidation, options)
 }
 
+func invalidRegistration(name string, errs ...*field.Error) error {
+	return apierrors.NewInvalid(api.SchemeGroupVersion.WithKind("ClusterRegistration").GroupKind(), name, errs)
+}
+
 // checkNodePassword stores the password's hash on the first registration of
-// a node name and verifies it on every later one.
-func (r *registrationREST) checkNodePassword(ctx context.Context, nodeName, password string) error {
-	for attempt := 0; attempt < 2; attempt++ {
-		existing, err := r.nodePasswords.Get(ctx, nodeName, &metav1.GetOptions{})
-		if err == nil {
-			np := existing.(*api.NodePassword)
-			ok, verr := nodepassword.Verify(np.Spec.Hash, password)
-			if verr != nil {
-				return apierrors.NewInternalError(fmt.Errorf("stored hash of node %q: %w", nodeName, verr))
-			}
-			if !ok {
-				return apierrors.NewForbidden(api.Resource("clusterregistrations"), nodeName, fmt.Errorf(
-					"node password rejected: node name %q is already registered with another password. "+
-						"If this is the same machine, restore its node-password file in the agent's data dir; "+
-						"if it replaces the old machine, delete it with 'kubectl delete machine %s' (its NodePassword goes with it); "+
-						"if it is another machine with the same hostname, run the agent with --with-node-id", nodeName, nodeName))
-			}
-			return nil
-		}
-		if !apierrors.IsNotFound(err) {
-			return err
-		}
-		hash, err := nodepassword.Hash(password)
-		if err != nil {
-			return apierrors.NewInternalError(err)
-		}
-		np := &api.NodePassword{ObjectMeta: metav1.ObjectMeta{Name: nodeName}, Spec: api.NodePasswordSpec{Hash: hash}}
-		_, err = r.nodePasswords.Create(ctx, np, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
-		if err == nil {
-			return nil
-		}
-		if !apierrors.IsAlreadyExists(err) {
-			return err
-		}
-		// Another registration of this node name stored its hash first:
-		// verify against that one.
+// a node name and verifies it on every later one. A registration granted at
+// once binds the password to its Machine in the same write.
+func (r *registrationREST) checkNodePassword(ctx context.Context, nodeName, password string, bind bool) error {
+	// The common case is a node's first registration: try to store its
+	// hash, and read the stored one only when there is one.
+	hash, err := nodepassword.Hash(password)
+	if err != nil {
+		return apierrors.NewInternalError(err)
 	}
-	return apierrors.NewConflict(api.Resource("nodepasswords"), nodeName, fmt.Errorf("concurrent registrations of node %q; retry", nodeName))
+	np := &api.NodePassword{ObjectMeta: metav1.ObjectMeta{Name: nodeName}, Spec: api.NodePasswordSpec{Hash: hash}}
+	createCtx := ctx
+	if bind {
+		now := nowFunc()
+		np.Status = api.NodePasswordStatus{Machine: nodeName, LastVerified: &now}
+		createCtx = asServer(ctx)
+	}
+	_, err = r.objects.passwords.Create(createCtx, np, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	existing, err := get[*api.NodePassword](ctx, r.objects.passwords, nodeName, true)
+	if err != nil {
+		return err
+	}
+	ok, verr := nodepassword.Verify(existing.Spec.Hash, password)
+	if verr != nil {
+		return apierrors.NewInternalError(fmt.Errorf("stored hash of node %q: %w", nodeName, verr))
+	}
+	if !ok {
+		return apierrors.NewForbidden(api.Resource("clusterregistrations"), nodeName, fmt.Errorf(
+			"node password rejected: node name %q is already registered with another password. "+
+				"If this is the same machine, restore its node-password file in the agent's data dir; "+
+				"if it replaces the old machine, delete it with 'kubectl delete machine %s' (its NodePassword goes with it); "+
+				"if it is another machine with the same hostname, run the agent with --with-node-id", nodeName, nodeName))
+	}
+	if bind && existing.Status.Machine == "" {
+		return r.objects.BindPassword(ctx, nodeName)
+	}
+	return nil
 }

@@ -6,7 +6,8 @@ import (
 )
 
 // All builds the storage of every muster.io kind.
-func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter) ([]*Storage, error) {
+// newGranter, if set, builds what grants registrations as they are made.
+func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter, newGranter NewGranter) ([]*Storage, error) {
 	builders := []func() (*Storage, error){
 		func() (*Storage, error) { return NewStorage(Cluster, typer, optsGetter) },
 		func() (*Storage, error) { return NewStorage(ClusterRegistrationToken, typer, optsGetter) },
@@ -27,8 +28,14 @@ func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter) ([]*St
 		all = append(all, s)
 		byResource[s.Resource] = s
 	}
-	// A registration's create verifies the node password against NodePasswords.
+	// A registration's create verifies the node password against
+	// NodePasswords and may grant the request at once.
+	objects := newObjects(byResource)
 	reg := byResource[ClusterRegistration.Resource]
-	reg.Main = &registrationREST{REST: reg.Main.(*REST), nodePasswords: byResource[NodePassword.Resource].store}
+	rest := &registrationREST{REST: reg.Main.(*REST), objects: objects}
+	if newGranter != nil {
+		rest.granter = newGranter(objects)
+	}
+	reg.Main = rest
 	return all, nil
 }

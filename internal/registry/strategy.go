@@ -47,11 +47,15 @@ func (s strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
 	}
 }
 
-func (s strategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
+func (s strategy) PrepareForCreate(ctx context.Context, obj runtime.Object) {
 	// Status is the server's: whatever a client sent is dropped, and a kind
-	// with a lifecycle starts in its state machine's initial state.
-	setField(obj, "Status", reflect.Zero(field_(obj, "Status").Type()))
-	if s.kind.lifecycle != nil {
+	// with a lifecycle starts in its state machine's initial state. Only
+	// the server's own in-process creates (Objects) keep the status they
+	// carry, which startAt made legal.
+	if !isServerWrite(ctx) {
+		setField(obj, "Status", reflect.Zero(field_(obj, "Status").Type()))
+	}
+	if s.kind.lifecycle != nil && phase(obj) == "" {
 		setPhase(obj, s.kind.lifecycle.Initial())
 	}
 	mustAccessor(obj).SetGeneration(1)

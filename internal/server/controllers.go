@@ -41,7 +41,7 @@ const controllerWorkers = 16
 // renewal; on the elected leader only, the controllers that write.
 type controllers struct {
 	cfg      Config
-	ca       *pki.CA
+	granter  *registration.Granter
 	self     string
 	address  string
 	peerTLS  *tls.Config
@@ -89,6 +89,8 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 	}()
 	c.liveness.Begin()
 
+	// Every server grants the registrations made through it.
+	go c.granter.Run(ctx)
 	go serverendpoint.Publish(ctx, client, c.self, c.address)
 	go func() {
 		err := leader.Run(ctx, leader.Config{
@@ -110,7 +112,7 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 // pays for. Their queues end with the term.
 func (c *controllers) lead(term context.Context) {
 	factory := c.factory
-	granter := registration.NewController(c.client, factory, c.ca, c.cfg.AgentCertificateValidity)
+	granter := registration.NewController(c.client, factory, c.granter)
 	housekeeper := registration.NewHousekeeper(c.client, factory)
 	machines := lifecycle.NewController(c.client, factory, c.liveness, c.cfg.AgentSilenceThreshold)
 	endpoints := factory.Muster().V1alpha1().ServerEndpoints()

@@ -17,6 +17,7 @@ import (
 	"github.com/muster-io/muster/internal/apiserver"
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/registration"
+	"github.com/muster-io/muster/internal/registry"
 	"github.com/muster-io/muster/internal/store"
 )
 
@@ -95,6 +96,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	tokens := registration.NewTokenAuthenticator()
+	var granter *registration.Granter
 	liveness := lifecycle.NewTracker()
 	registrationRules := &registration.Authorizer{}
 	api, err := apiserver.New(apiserver.Config{
@@ -110,12 +112,16 @@ func Run(ctx context.Context, cfg Config) error {
 		AuthorizationRules: []authorizer.AuthorizerFunc{registrationRules.Authorize},
 		ObserveCaller:      liveness.Observe,
 		PeerHandlers:       map[string]http.Handler{lifecycle.ReportPath: liveness},
+		NewGranter: func(objects *registry.Objects) registry.Granter {
+			granter = registration.NewGranter(objects, state.CA, cfg.AgentCertificateValidity)
+			return granter
+		},
 	})
 	if err != nil {
 		return err
 	}
 	ctl := &controllers{
-		cfg: cfg, ca: state.CA, self: self, address: advertised, peerTLS: peerTLS,
+		cfg: cfg, granter: granter, self: self, address: advertised, peerTLS: peerTLS,
 		tokens: tokens, rules: registrationRules, liveness: liveness,
 	}
 	if err := api.AddPostStartHook("muster-controllers", func(ctx context.Context) error {

@@ -190,8 +190,9 @@ func (f *Fleet) join(ctx context.Context, c versioned.Interface, a *Agent) error
 		},
 	}
 	regs := c.MusterV1alpha1().ClusterRegistrations()
+	var got *api.ClusterRegistration
 	for attempt := 0; ; attempt++ {
-		_, err = regs.Create(ctx, reg, metav1.CreateOptions{})
+		got, err = regs.Create(ctx, reg, metav1.CreateOptions{})
 		if err == nil || apierrors.IsAlreadyExists(err) {
 			break
 		}
@@ -200,10 +201,13 @@ func (f *Fleet) join(ctx context.Context, c versioned.Interface, a *Agent) error
 		}
 		sleep(ctx, time.Duration(attempt+1)*200*time.Millisecond)
 	}
-	// Like the real agent: poll briskly, then back off.
+	// Like the real agent: take a grant from the create's answer, or poll
+	// briskly, then back off.
 	interval := 100 * time.Millisecond
-	for {
-		got, err := regs.Get(ctx, reg.Name, metav1.GetOptions{ResourceVersion: "0"})
+	for first := err == nil; ; first = false {
+		if !first {
+			got, err = regs.Get(ctx, reg.Name, metav1.GetOptions{ResourceVersion: "0"})
+		}
 		switch {
 		case err != nil && (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)):
 			return fmt.Errorf("the server refused the registration: %w", err)
@@ -359,10 +363,13 @@ func (f *Fleet) apply(ctx context.Context, c versioned.Interface, p *api.Machine
 	}
 	plans := c.MusterV1alpha1().MachinePlans()
 	p = p.DeepCopy()
-	p.Status.State = api.PlanStateInProgress
-	p, err := plans.UpdateStatus(ctx, p, metav1.UpdateOptions{})
-	if err != nil {
-		return // a conflict means a newer plan, which the watch brings
+	if p.Spec.ChangesMachine() {
+		// The real agent records in-progress before it changes anything.
+		p.Status.State = api.PlanStateInProgress
+		var err error
+		if p, err = plans.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			return // a conflict means a newer plan, which the watch brings
+		}
 	}
 	now := metav1.Now()
 	p.Status.State, p.Status.AppliedChecksum, p.Status.FailureCount, p.Status.LastAppliedTime = api.PlanStateSucceeded, p.Status.Checksum, 0, &now

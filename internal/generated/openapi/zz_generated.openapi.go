@@ -764,7 +764,7 @@ func schema_pkg_apis_muster_v1alpha1_ClusterStatus(ref common.ReferenceCallback)
 					},
 					"machines": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Machines is the number of machines in this cluster.",
+							Description: "Machines is the number of machines in this cluster. Counts are refreshed at most about once a second, however fast machines change.",
 							Type:        []string{"integer"},
 							Format:      "int32",
 						},
@@ -1615,7 +1615,7 @@ func schema_pkg_apis_muster_v1alpha1_MachineStatus(ref common.ReferenceCallback)
 					},
 					"planState": {
 						SchemaProps: spec.SchemaProps{
-							Description: "PlanState mirrors the state of the machine's MachinePlan: pending, in-progress, succeeded or failed.",
+							Description: "PlanState is the state of the machine's MachinePlan (pending, in-progress, succeeded or failed) as of the machine's last transition, or of the plan's last failure: it is copied when the machine changes phase or the plan fails, not on every step of the plan, which would cost a write per machine per step. The MachinePlan's status is current.",
 							Type:        []string{"string"},
 							Format:      "",
 						},

@@ -83,7 +83,8 @@ type ClusterStatus struct {
 	// Message is a human-readable explanation of the current phase.
 	// +optional
 	Message string `json:"message,omitempty"`
-	// Machines is the number of machines in this cluster.
+	// Machines is the number of machines in this cluster. Counts are
+	// refreshed at most about once a second, however fast machines change.
 	// +optional
 	Machines int32 `json:"machines,omitempty"`
 	// ReadyMachines is the number of this cluster's machines that are Running.
@@ -327,6 +328,11 @@ const (
 	MachinePhaseDeleted       MachinePhase = "Deleted"
 )
 
+// MachineLifecycleFinalizer is on every Machine from its creation: it holds
+// a deleted Machine until the server has taken it through Draining and
+// Deleting and removed its MachinePlan and NodePassword.
+const MachineLifecycleFinalizer = "muster.io/machine-lifecycle"
+
 // +genclient
 // +genclient:nonNamespaced
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -408,8 +414,11 @@ type MachineStatus struct {
 	// persisted coarsely (not once per heartbeat), so it may lag by the documented interval.
 	// +optional
 	LastSeen *metav1.Time `json:"lastSeen,omitempty"`
-	// PlanState mirrors the state of the machine's MachinePlan: pending,
-	// in-progress, succeeded or failed.
+	// PlanState is the state of the machine's MachinePlan (pending,
+	// in-progress, succeeded or failed) as of the machine's last transition,
+	// or of the plan's last failure: it is copied when the machine changes
+	// phase or the plan fails, not on every step of the plan, which would
+	// cost a write per machine per step. The MachinePlan's status is current.
 	// +optional
 	PlanState PlanState `json:"planState,omitempty"`
 	// Transitions is the bounded history of phase changes, oldest first.
@@ -490,6 +499,14 @@ type MachinePlanSpec struct {
 	// and its machine, are Failed. Defaults to 3.
 	// +optional
 	MaxFailures int32 `json:"maxFailures,omitempty"`
+}
+
+// ChangesMachine reports whether applying the plan writes files or runs
+// commands, as opposed to only checking probes. Only such a plan is
+// recorded in-progress before it runs: it is the only kind a crash can
+// leave half done.
+func (s *MachinePlanSpec) ChangesMachine() bool {
+	return len(s.Files) > 0 || len(s.Instructions) > 0
 }
 
 // PlanFile is one file the agent writes or deletes.

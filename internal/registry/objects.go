@@ -1,0 +1,189 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"github.com/muster-io/muster/internal/fsm"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
+
+// Objects is the server's own access to its objects, in process: the calls
+// go straight to the registry's stores, with no HTTP, no encoding and no
+// authorization, because the caller is the server itself. The strategies
+// still run, so every object is validated exactly as an API write is.
+//
+// It exists for the registration path, which writes several objects per
+// joining agent: through the loopback client each write would cost a TLS
+// round trip and two JSON encodings more than the datastore write itself.
+//
+// Reads come from the watch cache unless fresh is asked for; creates may
+// carry the status the server decided (a Machine an agent registered starts
+// Registering), which no API client can do.
+type Objects struct {
+	tokens, machines, plans, clusters, passwords *genericregistry.Store
+	tokenStatus, passwordStatus, machineStatus   *genericregistry.Store
+}
+
+func newObjects(byResource map[string]*Storage) *Objects {
+	return &Objects{
+		tokens:         byResource[ClusterRegistrationToken.Resource].store,
+		machines:       byResource[Machine.Resource].store,
+		plans:          byResource[MachinePlan.Resource].store,
+		clusters:       byResource[Cluster.Resource].store,
+		passwords:      byResource[NodePassword.Resource].store,
+		tokenStatus:    byResource[ClusterRegistrationToken.Resource].Status.store,
+		passwordStatus: byResource[NodePassword.Resource].Status.store,
+		machineStatus:  byResource[Machine.Resource].Status.store,
+	}
+}
+
+// Token reads a join token, from the watch cache unless fresh.
+func (o *Objects) Token(ctx context.Context, name string, fresh bool) (*api.ClusterRegistrationToken, error) {
+	return get[*api.ClusterRegistrationToken](ctx, o.tokens, name, fresh)
+}
+
+// Machine reads a Machine, from the watch cache unless fresh.
+func (o *Objects) Machine(ctx context.Context, name string, fresh bool) (*api.Machine, error) {
+	return get[*api.Machine](ctx, o.machines, name, fresh)
+}
+
+// RegisterMachine creates the Machine of an agent that has just registered:
+// a custom machine starts Registering (SPEC §6.5), its history saying so.
+func (o *Objects) RegisterMachine(ctx context.Context, m *api.Machine) (*api.Machine, error) {
+	if err := startAt(fsm.Machine, m, "AgentRegistered", "register"); err != nil {
+		return nil, err
+	}
+	return create(ctx, o.machines, m)
+}
+
+// MarkRegistering moves a Machine that waited for its agent (Pending or
+// Provisioning) to Registering, through the status strategy's checks.
+func (o *Objects) MarkRegistering(ctx context.Context, name string) (*api.Machine, error) {
+	var out *api.Machine
+	err := updateStatus(ctx, o.machineStatus, name, func(m *api.Machine) {
+		if m.Status.Phase == api.MachinePhasePending || m.Status.Phase == api.MachinePhaseProvisioning {
+			m.Status.Phase, m.Status.Reason = api.MachinePhaseRegistering, "AgentRegistered"
+		}
+	}, &out)
+	return out, err
+}
+
+// EnsureCluster creates c unless a Cluster of its name exists.
+func (o *Objects) EnsureCluster(ctx context.Context, c *api.Cluster) error {
+	return ignoreExists(create(ctx, o.clusters, c))
+}
+
+// EnsurePlan creates p unless a MachinePlan of its name exists.
+func (o *Objects) EnsurePlan(ctx context.Context, p *api.MachinePlan) error {
+	return ignoreExists(create(ctx, o.plans, p))
+}
+
+// CountTokenUses adds n registrations to a join token's status.
+func (o *Objects) CountTokenUses(ctx context.Context, name string, n int) error {
+	return updateStatus(ctx, o.tokenStatus, name, func(t *api.ClusterRegistrationToken) {
+		now := nowFunc()
+		t.Status.Registrations += int32(n)
+		t.Status.LastUsed = &now
+	}, nil)
+}
+
+// BindPassword records that a node password belongs to the Machine of its
+// node name, and that a registration has just presented it.
+func (o *Objects) BindPassword(ctx context.Context, node string) error {
+	return updateStatus(ctx, o.passwordStatus, node, func(np *api.NodePassword) {
+		now := nowFunc()
+		np.Status.Machine, np.Status.LastVerified = node, &now
+	}, nil)
+}
+
+// serverWrite marks a context whose creates keep the status they carry.
+type serverWrite struct{}
+
+func asServer(ctx context.Context) context.Context {
+	return context.WithValue(ctx, serverWrite{}, true)
+}
+
+func isServerWrite(ctx context.Context) bool { v, _ := ctx.Value(serverWrite{}).(bool); return v }
+
+// startAt gives a new object of a lifecycle kind the status of having taken
+// events from its initial state, each recorded as a transition, so that a
+// server-made object's history is legal by construction.
+func startAt(def *fsm.Definition, obj runtime.Object, reason string, events ...string) error {
+	state := def.Initial()
+	var history []api.Transition
+	for _, event := range events {
+		to, err := def.Fire(state, event)
+		if err != nil {
+			return err
+		}
+		history = append(history, api.Transition{From: state, To: to, Event: event, Reason: reason, Time: nowFunc()})
+		state = to
+	}
+	setPhase(obj, state)
+	setField(obj, "Status.Reason", reflect.ValueOf(reason))
+	setField(obj, "Status.Transitions", reflect.ValueOf(history))
+	return nil
+}
+
+func get[T runtime.Object](ctx context.Context, s *genericregistry.Store, name string, fresh bool) (T, error) {
+	var zero T
+	opts := &metav1.GetOptions{ResourceVersion: "0"}
+	if fresh {
+		opts.ResourceVersion = ""
+	}
+	obj, err := s.Get(clusterScoped(ctx), name, opts)
+	if err != nil {
+		return zero, err
+	}
+	t, ok := obj.(T)
+	if !ok {
+		return zero, fmt.Errorf("registry: %s is a %T", name, obj)
+	}
+	return t, nil
+}
+
+func create[T runtime.Object](ctx context.Context, s *genericregistry.Store, obj T) (T, error) {
+	var zero T
+	out, err := s.Create(asServer(clusterScoped(ctx)), obj, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
+	if err != nil {
+		return zero, err
+	}
+	return out.(T), nil
+}
+
+// updateStatus applies change to the stored object's status, retrying on
+// conflicts against the fresh object as every compare-and-swap does, and
+// stores the result in out if it is not nil.
+func updateStatus[T runtime.Object](ctx context.Context, s *genericregistry.Store, name string, change func(T), out *T) error {
+	obj, _, err := s.Update(clusterScoped(ctx), name, rest.DefaultUpdatedObjectInfo(nil, func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
+		obj := old.DeepCopyObject().(T)
+		change(obj)
+		return obj, nil
+	}), rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{})
+	if err == nil && out != nil {
+		*out = obj.(T)
+	}
+	return err
+}
+
+// clusterScoped gives calls made outside any request the (empty) namespace
+// the stores look for: every muster.io kind is cluster-scoped.
+func clusterScoped(ctx context.Context) context.Context {
+	return request.WithNamespace(ctx, metav1.NamespaceNone)
+}
+
+func ignoreExists[T any](_ T, err error) error {
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
