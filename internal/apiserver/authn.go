@@ -16,7 +16,8 @@ import (
 // so that an unauthenticated request anywhere else is a 401, not a 403.
 func newAuthenticator(clientCA dynamiccertificates.CAContentProvider, tokens authenticator.Token) authenticator.Request {
 	authenticators := []authenticator.Request{
-		x509request.NewDynamic(clientCA.VerifyOptions, x509request.CommonNameUserConversion),
+		newCachedCertAuthenticator(clientCA.VerifyOptions,
+			x509request.NewDynamic(clientCA.VerifyOptions, x509request.CommonNameUserConversion)),
 	}
 	if tokens != nil {
 		authenticators = append(authenticators, bearertoken.New(tokens))

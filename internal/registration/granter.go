@@ -90,7 +90,8 @@ func (g *Granter) token(ctx context.Context, name string) (*api.ClusterRegistrat
 // what does not exist yet. The node password was verified when the
 // request was made, so an existing Machine of this node name is this node's.
 func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration) (cluster, machine string, cert []byte, err error) {
-	csr, err := pki.ParseCSR(reg.Spec.CSR)
+	// Its signature is checked once, by SignCSR below.
+	csr, err := pki.DecodeCSR(reg.Spec.CSR)
 	if err != nil {
 		return "", "", nil, apierrors.NewBadRequest(fmt.Sprintf("the certificate request is unusable: %v", err))
 	}
@@ -126,6 +127,8 @@ func (g *Granter) ensureMachine(ctx context.Context, reg *api.ClusterRegistratio
 		m, err = g.store.RegisterMachine(ctx, &api.Machine{
 			ObjectMeta: metav1.ObjectMeta{Name: reg.Spec.NodeName, Labels: reg.Spec.Labels},
 			Spec:       api.MachineSpec{Cluster: cluster, NodeName: reg.Spec.NodeName, Roles: reg.Spec.Roles, ClientID: reg.Spec.ClientID},
+			// What the agent would report when it checks in.
+			Status: api.MachineStatus{AgentVersion: reg.Spec.AgentVersion, Addresses: reg.Spec.Addresses},
 		})
 		if apierrors.IsAlreadyExists(err) {
 			m, err = g.store.Machine(ctx, reg.Spec.NodeName, true)
