@@ -23,6 +23,7 @@ import (
 	"github.com/muster-io/muster/internal/agent/loadbalancer"
 	"github.com/muster-io/muster/internal/jointoken"
 	"github.com/muster-io/muster/internal/pki"
+	"github.com/muster-io/muster/internal/version"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
@@ -224,6 +225,7 @@ func (a *agent) request(ctx context.Context, c versioned.Interface, id identity)
 		Spec: api.ClusterRegistrationSpec{
 			ClientID: id.clientID, ClientRandom: clientRandom, NodeName: id.nodeName,
 			Labels: a.cfg.Labels, Roles: a.cfg.Roles, CSR: csr, NodePassword: id.nodePassword,
+			AgentVersion: version.Version, Addresses: addresses(),
 		},
 	}
 	regs := c.MusterV1alpha1().ClusterRegistrations()

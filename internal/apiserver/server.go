@@ -158,6 +158,11 @@ func New(cfg Config) (*Server, error) {
 		w.Header().Set("Content-Type", "application/x-pem-file")
 		_, _ = w.Write(caBundle)
 	})
+	// What a heartbeat does (liveness) happens in ObserveCaller, for
+	// every authenticated request; this answers it.
+	generic.Handler.NonGoRestfulMux.HandleFunc(v1alpha1.HeartbeatPath, func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
 	for path, h := range cfg.PeerHandlers {
 		generic.Handler.NonGoRestfulMux.Handle(path, h)
 	}

@@ -18,7 +18,8 @@ import (
 // Authorizer holds the rules for callers that are not administrators, like
 // Kubernetes' Node authorizer: a bootstrap caller may create a registration
 // and read the ones made with its token; a machine may read and watch its
-// own Machine and MachinePlan, write their status, and read ServerEndpoints.
+// own Machine and MachinePlan, write their status, read ServerEndpoints and
+// send heartbeats.
 // It checks live state, so a deleted Machine's certificate stops working at once.
 type Authorizer struct {
 	client atomic.Pointer[versioned.Interface]
@@ -139,8 +140,12 @@ func (a *Authorizer) machine(ctx context.Context, attrs authorizer.Attributes, n
 	if err != nil {
 		return authorizer.DecisionNoOpinion, "", err
 	}
-	own := "a machine may read only its own Machine and MachinePlan, write their status, read ServerEndpoints, and renew its certificate"
+	own := "a machine may read only its own Machine and MachinePlan, write their status, read ServerEndpoints, renew its certificate and send heartbeats"
 	switch {
+	case !attrs.IsResourceRequest():
+		if attrs.GetVerb() == "get" && attrs.GetPath() == api.HeartbeatPath {
+			return authorizer.DecisionAllow, "", nil
+		}
 	case isMuster(attrs, "clusterregistrations") && attrs.GetSubresource() == "":
 		// Certificate renewal: a machine asks for a new certificate for
 		// itself (the registry checks the node name) and reads the answer.

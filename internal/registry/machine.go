@@ -16,9 +16,8 @@ var planStates = map[api.PlanState]bool{
 	"": true, api.PlanStatePending: true, api.PlanStateInProgress: true, api.PlanStateSucceeded: true, api.PlanStateFailed: true,
 }
 
-var addressTypes = map[api.MachineAddressType]bool{
-	api.MachineHostName: true, api.MachineInternalIP: true, api.MachineExternalIP: true,
-}
+// maxVersionLen bounds an agent's version string.
+const maxVersionLen = 128
 
 // Machine is the storage description of machines.
 var Machine = Kind[*api.Machine]{
@@ -59,12 +58,8 @@ var Machine = Kind[*api.Machine]{
 			errs = append(errs, field.NotSupported(status.Child("planState"), m.Status.PlanState,
 				[]string{"pending", "in-progress", "succeeded", "failed"}))
 		}
-		for i, a := range m.Status.Addresses {
-			if !addressTypes[a.Type] {
-				errs = append(errs, field.NotSupported(status.Child("addresses").Index(i).Child("type"), a.Type,
-					[]string{"Hostname", "InternalIP", "ExternalIP"}))
-			}
-		}
+		errs = append(errs, validateAddresses(m.Status.Addresses, status.Child("addresses"))...)
+		errs = append(errs, validateMaxLen(m.Status.AgentVersion, maxVersionLen, status.Child("agentVersion"))...)
 		return append(errs, validateMaxLen(m.Status.Message, 4096, status.Child("message"))...)
 	},
 	Columns: []metav1.TableColumnDefinition{

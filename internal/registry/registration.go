@@ -37,6 +37,8 @@ var ClusterRegistration = Kind[*api.ClusterRegistration]{
 		errs = append(errs, validateDNSSubdomain(r.Spec.NodeName, spec.Child("nodeName"), true)...)
 		errs = append(errs, validateLabels(r.Spec.Labels, spec.Child("labels"))...)
 		errs = append(errs, validateRoles(r.Spec.Roles, spec.Child("roles"))...)
+		errs = append(errs, validateAddresses(r.Spec.Addresses, spec.Child("addresses"))...)
+		errs = append(errs, validateMaxLen(r.Spec.AgentVersion, maxVersionLen, spec.Child("agentVersion"))...)
 		if len(r.Spec.CSR) > maxCSRBytes {
 			errs = append(errs, field.TooLong(spec.Child("csr"), "", maxCSRBytes))
 		} else if csr, err := pki.ParseCSR(r.Spec.CSR); err != nil {

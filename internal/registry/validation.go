@@ -9,6 +9,8 @@ import (
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
 // Checks shared by several kinds. Each error names the field and says what
@@ -99,4 +101,26 @@ func validateNonNegative(value int32, path *field.Path) field.ErrorList {
 		return field.ErrorList{field.Invalid(path, value, "must be zero or greater")}
 	}
 	return nil
+}
+
+// maxAddresses bounds a machine's address list: a host has a handful.
+const maxAddresses = 32
+
+var addressTypes = map[api.MachineAddressType]bool{
+	api.MachineHostName: true, api.MachineInternalIP: true, api.MachineExternalIP: true,
+}
+
+func validateAddresses(addrs []api.MachineAddress, path *field.Path) field.ErrorList {
+	if len(addrs) > maxAddresses {
+		return field.ErrorList{field.TooMany(path, len(addrs), maxAddresses)}
+	}
+	var errs field.ErrorList
+	for i, a := range addrs {
+		if !addressTypes[a.Type] {
+			errs = append(errs, field.NotSupported(path.Index(i).Child("type"), a.Type,
+				[]string{"Hostname", "InternalIP", "ExternalIP"}))
+		}
+		errs = append(errs, validateMaxLen(a.Address, 253, path.Index(i).Child("address"))...)
+	}
+	return errs
 }

@@ -186,7 +186,8 @@ func (f *Fleet) join(ctx context.Context, c versioned.Interface, a *Agent) error
 		ObjectMeta: metav1.ObjectMeta{Name: api.RegistrationName(a.clientID, random)},
 		Spec: api.ClusterRegistrationSpec{
 			ClientID: a.clientID, ClientRandom: random, NodeName: a.Name, CSR: csr, NodePassword: a.password,
-			Labels: map[string]string{"muster.io/simulated": "true"},
+			Labels:       map[string]string{"muster.io/simulated": "true"},
+			AgentVersion: version.Version, Addresses: a.addresses(),
 		},
 	}
 	regs := c.MusterV1alpha1().ClusterRegistrations()
@@ -283,7 +284,7 @@ func (f *Fleet) session(ctx context.Context, a *Agent) {
 	if err != nil {
 		return
 	}
-	for !f.checkIn(ctx, c, machine) {
+	for !f.checkIn(ctx, c, a, machine) {
 		if !sleep(ctx, time.Second) {
 			return
 		}
@@ -294,19 +295,33 @@ func (f *Fleet) session(ctx context.Context, a *Agent) {
 	f.watchPlan(ctx, c, machine)
 }
 
-func (f *Fleet) checkIn(ctx context.Context, c versioned.Interface, machine string) bool {
+// checkIn makes sure the Machine shows the agent's version and addresses,
+// as the real agent does: a read from the watch cache, and a write only
+// when they differ (never, for a machine that registered with them).
+func (f *Fleet) checkIn(ctx context.Context, c versioned.Interface, a *Agent, machine string) bool {
 	machines := c.MusterV1alpha1().Machines()
-	m, err := machines.Get(ctx, machine, metav1.GetOptions{})
-	if err != nil {
-		return false
+	read := metav1.GetOptions{ResourceVersion: "0"}
+	for attempt := 0; attempt < 5; attempt++ {
+		m, err := machines.Get(ctx, machine, read)
+		if err != nil {
+			return false
+		}
+		if m.Status.AgentVersion == version.Version && slices.Equal(m.Status.Addresses, a.addresses()) {
+			return true
+		}
+		m.Status.AgentVersion, m.Status.Addresses = version.Version, a.addresses()
+		_, err = machines.UpdateStatus(ctx, m, metav1.UpdateOptions{})
+		if !apierrors.IsConflict(err) {
+			return err == nil
+		}
+		read.ResourceVersion = "" // the cache lagged: read the stored object
 	}
-	if m.Status.AgentVersion == version.Version {
-		return true
-	}
-	m.Status.AgentVersion = version.Version
-	m.Status.Addresses = []api.MachineAddress{{Type: api.MachineHostName, Address: machine}}
-	_, err = machines.UpdateStatus(ctx, m, metav1.UpdateOptions{})
-	return err == nil || apierrors.IsConflict(err) && f.checkIn(ctx, c, machine)
+	return false
+}
+
+// addresses are what the simulated machine reports about itself.
+func (a *Agent) addresses() []api.MachineAddress {
+	return []api.MachineAddress{{Type: api.MachineHostName, Address: a.Name}}
 }
 
 func (f *Fleet) heartbeat(ctx context.Context, c versioned.Interface, machine string) {
@@ -317,7 +332,7 @@ func (f *Fleet) heartbeat(ctx context.Context, c versioned.Interface, machine st
 	t := time.NewTicker(f.cfg.HeartbeatInterval)
 	defer t.Stop()
 	for {
-		_, _ = c.MusterV1alpha1().Machines().Get(ctx, machine, metav1.GetOptions{ResourceVersion: "0"})
+		_ = c.MusterV1alpha1().RESTClient().Get().AbsPath(api.HeartbeatPath).Do(ctx).Error()
 		select {
 		case <-ctx.Done():
 			return

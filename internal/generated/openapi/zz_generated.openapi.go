@@ -401,6 +401,31 @@ func schema_pkg_apis_muster_v1alpha1_ClusterRegistrationSpec(ref common.Referenc
 							Format:      "",
 						},
 					},
+					"agentVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "AgentVersion is the version of the registering agent; a Machine created for the request starts with it, so the agent need not check in again.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"addresses": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Addresses are the machine's addresses as the agent sees them; a Machine created for the request starts with them.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.MachineAddress{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
 					"nodePassword": {
 						SchemaProps: spec.SchemaProps{
 							Description: "NodePassword is the node's password, write-only: the server checks it against the NodePassword of NodeName (storing its hash on the first registration of that name) and drops it before the request is stored. It is never stored, returned or logged.",
@@ -412,6 +437,8 @@ func schema_pkg_apis_muster_v1alpha1_ClusterRegistrationSpec(ref common.Referenc
 				Required: []string{"clientID", "clientRandom", "nodeName"},
 			},
 		},
+		Dependencies: []string{
+			v1alpha1.MachineAddress{}.OpenAPIModelName()},
 	}
 }
 

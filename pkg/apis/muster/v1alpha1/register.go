@@ -15,6 +15,12 @@ const GroupName = "muster.io"
 // SchemeGroupVersion is the group and version of this package's types.
 var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha1"}
 
+// HeartbeatPath is where an agent shows, with its machine certificate,
+// that it is alive: a GET that reads nothing and answers 204 No Content.
+// The server notes the hearing in memory (no datastore write), and a
+// voided certificate gets its 403 here as on any request.
+const HeartbeatPath = "/heartbeat"
+
 // Resource qualifies a resource name with this package's group.
 func Resource(resource string) schema.GroupResource {
 	return SchemeGroupVersion.WithResource(resource).GroupResource()

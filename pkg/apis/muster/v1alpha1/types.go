@@ -261,6 +261,15 @@ type ClusterRegistrationSpec struct {
 	// with; set by the server from the authenticated credential.
 	// +optional
 	TokenID string `json:"tokenID,omitempty"`
+	// AgentVersion is the version of the registering agent; a Machine created
+	// for the request starts with it, so the agent need not check in again.
+	// +optional
+	AgentVersion string `json:"agentVersion,omitempty"`
+	// Addresses are the machine's addresses as the agent sees them; a Machine
+	// created for the request starts with them.
+	// +optional
+	// +listType=atomic
+	Addresses []MachineAddress `json:"addresses,omitempty"`
 	// NodePassword is the node's password, write-only: the server checks it
 	// against the NodePassword of NodeName (storing its hash on the first
 	// registration of that name) and drops it before the request is stored.

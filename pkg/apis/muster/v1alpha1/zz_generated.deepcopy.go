@@ -158,6 +158,11 @@ func (in *ClusterRegistrationSpec) DeepCopyInto(out *ClusterRegistrationSpec) {
 		*out = make([]byte, len(*in))
 		copy(*out, *in)
 	}
+	if in.Addresses != nil {
+		in, out := &in.Addresses, &out.Addresses
+		*out = make([]MachineAddress, len(*in))
+		copy(*out, *in)
+	}
 	return
 }
 
