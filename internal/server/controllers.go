@@ -51,6 +51,11 @@ type controllers struct {
 	client   versioned.Interface
 	factory  informers.SharedInformerFactory
 	stop     <-chan struct{}
+
+	// stopElection ends this server's part in the leader election;
+	// elected is closed once it has ended (and a held lease is released).
+	stopElection context.CancelFunc
+	elected      chan struct{}
 }
 
 // start runs on the privileged loopback client once the API serves.
@@ -92,8 +97,11 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 	// Every server grants the registrations made through it.
 	go c.granter.Run(ctx)
 	go serverendpoint.Publish(ctx, client, c.self, c.address)
+	electionCtx, stopElection := context.WithCancel(ctx)
+	c.stopElection, c.elected = stopElection, make(chan struct{})
 	go func() {
-		err := leader.Run(ctx, leader.Config{
+		defer close(c.elected)
+		err := leader.Run(electionCtx, leader.Config{
 			Client: client, Lease: controllerLease, Identity: c.self, Run: c.lead,
 			OnNewLeader: func(holder string) {
 				klog.InfoS("Controller leader", "leader", holder, "self", holder == c.self)
@@ -129,10 +137,19 @@ func (c *controllers) lead(term context.Context) {
 	machines.Run(term, controllerWorkers)
 }
 
-// withdraw deletes this server's endpoint at the start of a clean shutdown.
-func (c *controllers) withdraw() error {
+// stepDown runs at the start of a clean shutdown, while the API still
+// serves: it hands the controller lease over (another server takes over at
+// once instead of after the lease duration) and deletes this server's
+// endpoint, so agents stop choosing it.
+func (c *controllers) stepDown() error {
 	if c.client == nil {
 		return nil
+	}
+	c.stopElection()
+	select {
+	case <-c.elected:
+	case <-time.After(5 * time.Second):
+		klog.InfoS("The controller lease was not released in time; another server takes over when it expires")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()

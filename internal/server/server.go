@@ -129,7 +129,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}); err != nil {
 		return err
 	}
-	if err := api.AddPreShutdownHook("muster-withdraw-endpoint", ctl.withdraw); err != nil {
+	if err := api.AddPreShutdownHook("muster-step-down", ctl.stepDown); err != nil {
 		return err
 	}
 	klog.InfoS("muster-server starting", "server", self, "advertise", advertised, "dataDir", cfg.DataDir, "datastore", ds.Backend(),

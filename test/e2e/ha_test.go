@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/muster-io/muster/internal/leader"
 	"github.com/muster-io/muster/internal/pgtest"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	clientset "github.com/muster-io/muster/pkg/client/clientset/versioned"
@@ -243,4 +244,23 @@ func TestHALeaderTakeover(t *testing.T) {
 		m, err := cs.MusterV1alpha1().Machines().Get(context.Background(), "takeover-node", metav1.GetOptions{})
 		return err == nil && m.Status.Phase == api.MachinePhaseRunning
 	})
+
+	// A leader stopped cleanly hands the lease over at once, instead of
+	// making the others wait out the lease.
+	var current *server
+	waitFor(t, 30*time.Second, "the new leader", func() bool { current = leaderOf(t, cs, servers); return current != nil })
+	var other *server
+	for _, s := range servers {
+		if s != old && s != current {
+			other = s
+		}
+	}
+	co := clientVia(t, servers[0], other)
+	stopped := time.Now()
+	current.stop()
+	waitFor(t, 10*time.Second, "the last server to hold the lease", func() bool { return leaderOf(t, co, servers) == other })
+	t.Logf("leader handover after a clean stop: %s", time.Since(stopped).Round(100*time.Millisecond))
+	if took := time.Since(stopped); took > leader.LeaseDuration {
+		t.Errorf("a cleanly stopped leader's lease was taken over after %s, as if it had died", took)
+	}
 }
