@@ -369,28 +369,40 @@ func (f *Fleet) watchPlan(ctx context.Context, c versioned.Interface, machine st
 	}
 }
 
-// apply reports a plan the way the real agent does: in-progress first,
-// then succeeded with the checksum.
+// apply reports a plan the way the real agent does: in-progress first (for
+// a plan that changes the machine), then succeeded with the checksum. Like
+// the real agent it tries again after a failed report, with a growing
+// pause; a conflict means a newer plan, which the watch brings.
 func (f *Fleet) apply(ctx context.Context, c versioned.Interface, p *api.MachinePlan) {
+	for pause := time.Second; ; pause = min(2*pause, 30*time.Second) {
+		err := f.report(ctx, c, p)
+		if err == nil || apierrors.IsConflict(err) || apierrors.IsNotFound(err) || !sleep(ctx, pause) {
+			return
+		}
+	}
+}
+
+func (f *Fleet) report(ctx context.Context, c versioned.Interface, p *api.MachinePlan) error {
 	st := p.Status
 	if st.Checksum == "" || st.AppliedChecksum == st.Checksum && st.State == api.PlanStateSucceeded {
-		return
+		return nil
 	}
 	plans := c.MusterV1alpha1().MachinePlans()
 	p = p.DeepCopy()
-	if p.Spec.ChangesMachine() {
-		// The real agent records in-progress before it changes anything.
+	if p.Spec.ChangesMachine() && st.State != api.PlanStateInProgress {
 		p.Status.State = api.PlanStateInProgress
 		var err error
 		if p, err = plans.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-			return // a conflict means a newer plan, which the watch brings
+			return err
 		}
 	}
 	now := metav1.Now()
 	p.Status.State, p.Status.AppliedChecksum, p.Status.FailureCount, p.Status.LastAppliedTime = api.PlanStateSucceeded, p.Status.Checksum, 0, &now
-	if _, err := plans.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err == nil {
-		f.applied.Add(1)
+	if _, err := plans.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		return err
 	}
+	f.applied.Add(1)
+	return nil
 }
 
 // JoinLatencies are the agents' join latencies, sorted.

@@ -326,19 +326,17 @@ func waitRunning(t *testing.T, c clientset.Interface, n int, timeout time.Durati
 	deadline := time.Now().Add(timeout)
 	for {
 		list, err := c.MusterV1alpha1().Machines().List(context.Background(), metav1.ListOptions{ResourceVersion: "0"})
-		running := 0
+		phases := map[api.MachinePhase]int{}
 		if err == nil {
 			for _, m := range list.Items {
-				if m.Status.Phase == api.MachinePhaseRunning {
-					running++
-				}
+				phases[m.Status.Phase]++
 			}
 		}
-		if running >= n {
+		if phases[api.MachinePhaseRunning] >= n {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d machines Running after %s", running, n, timeout)
+			t.Fatalf("%d of %d machines Running after %s; machines by phase: %v", phases[api.MachinePhaseRunning], n, timeout, phases)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
