@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,9 +33,20 @@ const (
 	clusterStatusDelay = time.Second
 )
 
+// Store is where the controller writes machine status: the server's own
+// objects, in process (internal/registry's Objects). A machine's status is
+// written once or twice per join and per plan change, for every machine of
+// a fleet; in process it costs the datastore write and no HTTP round trip.
+type Store interface {
+	// UpdateMachineStatus applies change to the stored Machine and writes
+	// it unless change returns false.
+	UpdateMachineStatus(ctx context.Context, name string, change func(*api.Machine) bool) (*api.Machine, error)
+}
+
 // Controller is the lifecycle controller.
 type Controller struct {
 	client   versioned.Interface
+	store    Store
 	machines listers.MachineLister
 	plans    listers.MachinePlanLister
 	clusters listers.ClusterLister
@@ -49,10 +59,10 @@ type Controller struct {
 }
 
 // NewController wires the controller to its informers.
-func NewController(client versioned.Interface, factory informers.SharedInformerFactory, tracker *Tracker, silence time.Duration) *Controller {
+func NewController(client versioned.Interface, store Store, factory informers.SharedInformerFactory, tracker *Tracker, silence time.Duration) *Controller {
 	v := factory.Muster().V1alpha1()
 	c := &Controller{
-		client: client, machines: v.Machines().Lister(), plans: v.MachinePlans().Lister(), clusters: v.Clusters().Lister(),
+		client: client, store: store, machines: v.Machines().Lister(), plans: v.MachinePlans().Lister(), clusters: v.Clusters().Lister(),
 		tracker: tracker, silence: silence, now: time.Now,
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		clusterQ: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
@@ -165,40 +175,63 @@ func (c *Controller) syncMachine(ctx context.Context, name string) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	now := c.now()
-	seen := c.tracker.LastSeen(name)
-	live := c.tracker.Live(name, c.silence)
-	event, reason := decide(m, plan, live)
+	facts := facts{plan: plan, live: c.tracker.Live(name, c.silence), seen: c.tracker.LastSeen(name), now: c.now()}
+	// Decided on the cached Machine, so that a pass with nothing to do
+	// costs no datastore access; decided again on the stored one inside
+	// the compare-and-swap, so a stale cache never writes a stale status.
+	if _, changed := advance(m.DeepCopy(), facts); !changed {
+		return nil
+	}
+	var from api.MachinePhase
+	var event string
+	stored, err := c.store.UpdateMachineStatus(ctx, name, func(fresh *api.Machine) bool {
+		from = fresh.Status.Phase
+		var changed bool
+		event, changed = advance(fresh, facts)
+		return changed
+	})
+	if err == nil && event != "" && stored.Status.Phase != from {
+		klog.InfoS("Machine transition", "machine", name, "from", from, "to", stored.Status.Phase, "event", event, "reason", stored.Status.Reason)
+	}
+	return err
+}
 
-	next := m.DeepCopy()
+// facts are what the controller knows of a machine besides its object.
+type facts struct {
+	plan *api.MachinePlan
+	live bool
+	seen time.Time
+	now  time.Time
+}
+
+// advance takes at most one transition on m's status and refreshes what
+// is persisted beside it (lastSeen, planState); it returns the event taken
+// and whether m's status changed at all.
+func advance(m *api.Machine, f facts) (string, bool) {
+	before := m.Status.DeepCopy()
+	event, reason := decide(m, f.plan, f.live)
 	if event != "" {
 		to, err := fsm.Machine.Fire(string(m.Status.Phase), event)
 		if err != nil {
-			return fmt.Errorf("machine %s: %w", name, err)
+			// decide only names events its phase allows; a refusal is a bug.
+			klog.ErrorS(err, "Lifecycle decided an illegal transition", "machine", m.Name)
+			return "", false
 		}
-		next.Status.Phase, next.Status.Reason = api.MachinePhase(to), reason
+		m.Status.Phase, m.Status.Reason = api.MachinePhase(to), reason
 	}
-	if live && !seen.IsZero() && (m.Status.LastSeen == nil || event != "" || now.Sub(m.Status.LastSeen.Time) > LastSeenPersistInterval) {
-		t := metav1.NewTime(seen)
-		next.Status.LastSeen = &t
+	if f.live && !f.seen.IsZero() && (before.LastSeen == nil || event != "" || f.now.Sub(before.LastSeen.Time) > LastSeenPersistInterval) {
+		t := metav1.NewTime(f.seen)
+		m.Status.LastSeen = &t
 	}
 	// The plan's state rides along with a write made anyway, and is worth
 	// a write of its own only when the plan failed: copying every step
 	// (in-progress, then succeeded) would double the writes of a fan-out.
-	if plan != nil && plan.Status.State != m.Status.PlanState {
-		next.Status.PlanState = plan.Status.State
-		if event == "" && plan.Status.State != api.PlanStateFailed && next.Status.LastSeen.Equal(m.Status.LastSeen) {
-			next.Status.PlanState = m.Status.PlanState
-		}
+	if plan := f.plan; plan != nil && plan.Status.State != before.PlanState &&
+		(event != "" || plan.Status.State == api.PlanStateFailed || !m.Status.LastSeen.Equal(before.LastSeen)) {
+		m.Status.PlanState = plan.Status.State
 	}
-	if event == "" && next.Status.PlanState == m.Status.PlanState && next.Status.LastSeen.Equal(m.Status.LastSeen) {
-		return nil
-	}
-	_, err = c.client.MusterV1alpha1().Machines().UpdateStatus(ctx, next, metav1.UpdateOptions{})
-	if err == nil && event != "" {
-		klog.InfoS("Machine transition", "machine", name, "from", m.Status.Phase, "to", next.Status.Phase, "event", event, "reason", reason)
-	}
-	return err
+	changed := event != "" || m.Status.PlanState != before.PlanState || !m.Status.LastSeen.Equal(before.LastSeen)
+	return event, changed
 }
 
 // decide returns the event a machine should take now, if any, and why.

@@ -143,7 +143,16 @@ func (c *Controller) setPhase(ctx context.Context, reg *api.ClusterRegistration,
 	return err
 }
 
-func (c *Controller) grant(ctx context.Context, reg *api.ClusterRegistration) error {
+func (c *Controller) grant(ctx context.Context, cached *api.ClusterRegistration) error {
+	// The server's caches keep no CSRs (they would be kept for every
+	// agent that ever joined); the one to sign is read from the datastore.
+	reg, err := c.client.MusterV1alpha1().ClusterRegistrations().Get(ctx, cached.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if reg.Status.Phase != api.RegistrationPhaseApproved {
+		return nil // decided meanwhile; its update event brings it back
+	}
 	if _, err := pki.ParseCSR(reg.Spec.CSR); err != nil {
 		return c.setPhase(ctx, reg, api.RegistrationPhaseDenied, "InvalidCSR", fmt.Sprintf("the certificate request is unusable: %v", err))
 	}

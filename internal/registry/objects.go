@@ -2,8 +2,10 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
+	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +33,19 @@ import (
 type Objects struct {
 	tokens, machines, plans, clusters, passwords *genericregistry.Store
 	tokenStatus, passwordStatus, machineStatus   *genericregistry.Store
+
+	grants atomic.Pointer[Granter]
+}
+
+// SetGranter makes registrations that need no approval granted as they are
+// made; until it is called, every registration waits for the controller.
+func (o *Objects) SetGranter(g Granter) { o.grants.Store(&g) }
+
+func (o *Objects) granter() Granter {
+	if g := o.grants.Load(); g != nil {
+		return *g
+	}
+	return nil
 }
 
 func newObjects(byResource map[string]*Storage) *Objects {
@@ -68,13 +83,20 @@ func (o *Objects) RegisterMachine(ctx context.Context, m *api.Machine) (*api.Mac
 // MarkRegistering moves a Machine that waited for its agent (Pending or
 // Provisioning) to Registering, through the status strategy's checks.
 func (o *Objects) MarkRegistering(ctx context.Context, name string) (*api.Machine, error) {
-	var out *api.Machine
-	err := updateStatus(ctx, o.machineStatus, name, func(m *api.Machine) {
-		if m.Status.Phase == api.MachinePhasePending || m.Status.Phase == api.MachinePhaseProvisioning {
-			m.Status.Phase, m.Status.Reason = api.MachinePhaseRegistering, "AgentRegistered"
+	return updateStatus(ctx, o.machineStatus, name, func(m *api.Machine) bool {
+		if m.Status.Phase != api.MachinePhasePending && m.Status.Phase != api.MachinePhaseProvisioning {
+			return false
 		}
-	}, &out)
-	return out, err
+		m.Status.Phase, m.Status.Reason = api.MachinePhaseRegistering, "AgentRegistered"
+		return true
+	})
+}
+
+// UpdateMachineStatus applies change to the stored Machine's status (the
+// status strategy checks and records a phase change); a change that
+// returns false writes nothing.
+func (o *Objects) UpdateMachineStatus(ctx context.Context, name string, change func(*api.Machine) bool) (*api.Machine, error) {
+	return updateStatus(ctx, o.machineStatus, name, change)
 }
 
 // EnsureCluster creates c unless a Cluster of its name exists.
@@ -89,20 +111,24 @@ func (o *Objects) EnsurePlan(ctx context.Context, p *api.MachinePlan) error {
 
 // CountTokenUses adds n registrations to a join token's status.
 func (o *Objects) CountTokenUses(ctx context.Context, name string, n int) error {
-	return updateStatus(ctx, o.tokenStatus, name, func(t *api.ClusterRegistrationToken) {
+	_, err := updateStatus(ctx, o.tokenStatus, name, func(t *api.ClusterRegistrationToken) bool {
 		now := nowFunc()
 		t.Status.Registrations += int32(n)
 		t.Status.LastUsed = &now
-	}, nil)
+		return true
+	})
+	return err
 }
 
 // BindPassword records that a node password belongs to the Machine of its
 // node name, and that a registration has just presented it.
 func (o *Objects) BindPassword(ctx context.Context, node string) error {
-	return updateStatus(ctx, o.passwordStatus, node, func(np *api.NodePassword) {
+	_, err := updateStatus(ctx, o.passwordStatus, node, func(np *api.NodePassword) bool {
 		now := nowFunc()
 		np.Status.Machine, np.Status.LastVerified = node, &now
-	}, nil)
+		return true
+	})
+	return err
 }
 
 // serverWrite marks a context whose creates keep the status they carry.
@@ -162,18 +188,31 @@ func create[T runtime.Object](ctx context.Context, s *genericregistry.Store, obj
 
 // updateStatus applies change to the stored object's status, retrying on
 // conflicts against the fresh object as every compare-and-swap does, and
-// stores the result in out if it is not nil.
-func updateStatus[T runtime.Object](ctx context.Context, s *genericregistry.Store, name string, change func(T), out *T) error {
+// returns the object stored. A change that returns false leaves the object
+// as it is, unwritten.
+func updateStatus[T runtime.Object](ctx context.Context, s *genericregistry.Store, name string, change func(T) bool) (T, error) {
+	var zero T
 	obj, _, err := s.Update(clusterScoped(ctx), name, rest.DefaultUpdatedObjectInfo(nil, func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
 		obj := old.DeepCopyObject().(T)
-		change(obj)
+		if !change(obj) {
+			return nil, unchanged{old}
+		}
 		return obj, nil
 	}), rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{})
-	if err == nil && out != nil {
-		*out = obj.(T)
+	var u unchanged
+	if errors.As(err, &u) {
+		return u.stored.(T), nil
 	}
-	return err
+	if err != nil {
+		return zero, err
+	}
+	return obj.(T), nil
 }
+
+// unchanged ends an update that has nothing to write.
+type unchanged struct{ stored runtime.Object }
+
+func (unchanged) Error() string { return "nothing to change" }
 
 // clusterScoped gives calls made outside any request the (empty) namespace
 // the stores look for: every muster.io kind is cluster-scoped.

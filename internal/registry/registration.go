@@ -74,9 +74,6 @@ type Granter interface {
 	Grant(ctx context.Context, reg *api.ClusterRegistration) (cluster, machine string, cert []byte, err error)
 }
 
-// NewGranter builds the Granter once the stores exist.
-type NewGranter func(*Objects) Granter
-
 // registrationREST is the clusterregistrations resource: the generic store
 // plus the checks a create must pass before anything is stored. They read
 // and write other objects (NodePasswords) and the caller's identity, which a
@@ -84,7 +81,6 @@ type NewGranter func(*Objects) Granter
 type registrationREST struct {
 	*REST
 	objects *Objects
-	granter Granter
 }
 
 // Create checks who is registering and with which node password, grants the
@@ -121,9 +117,10 @@ func (r *registrationREST) Create(ctx context.Context, obj runtime.Object, creat
 	if errs := ClusterRegistration.Validate(reg); len(errs) > 0 {
 		return nil, apierrors.NewInvalid(api.SchemeGroupVersion.WithKind("ClusterRegistration").GroupKind(), reg.Name, errs)
 	}
+	granter := r.objects.granter()
 	grantNow := false
-	if r.granter != nil {
-		auto, err := r.granter.AutoApproved(ctx, reg)
+	if granter != nil {
+		auto, err := granter.AutoApproved(ctx, reg)
 		if err != nil {
 			return nil, err
 		}
@@ -133,7 +130,7 @@ func (r *registrationREST) Create(ctx context.Context, obj runtime.Object, creat
 		return nil, err
 	}
 	if grantNow {
-		cluster, machine, cert, err := r.granter.Grant(ctx, reg)
+		cluster, machine, cert, err := granter.Grant(ctx, reg)
 		if err != nil {
 			return nil, err
 		}

@@ -5,9 +5,9 @@ import (
 	"k8s.io/apiserver/pkg/registry/generic"
 )
 
-// All builds the storage of every muster.io kind.
-// newGranter, if set, builds what grants registrations as they are made.
-func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter, newGranter NewGranter) ([]*Storage, error) {
+// All builds the storage of every muster.io kind, and the server's own
+// in-process access to them.
+func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter) ([]*Storage, *Objects, error) {
 	builders := []func() (*Storage, error){
 		func() (*Storage, error) { return NewStorage(Cluster, typer, optsGetter) },
 		func() (*Storage, error) { return NewStorage(ClusterRegistrationToken, typer, optsGetter) },
@@ -23,7 +23,7 @@ func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter, newGra
 	for _, build := range builders {
 		s, err := build()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		all = append(all, s)
 		byResource[s.Resource] = s
@@ -32,10 +32,6 @@ func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter, newGra
 	// NodePasswords and may grant the request at once.
 	objects := newObjects(byResource)
 	reg := byResource[ClusterRegistration.Resource]
-	rest := &registrationREST{REST: reg.Main.(*REST), objects: objects}
-	if newGranter != nil {
-		rest.granter = newGranter(objects)
-	}
-	reg.Main = rest
-	return all, nil
+	reg.Main = &registrationREST{REST: reg.Main.(*REST), objects: objects}
+	return all, objects, nil
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/muster-io/muster/internal/apiserver"
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/registration"
-	"github.com/muster-io/muster/internal/registry"
 	"github.com/muster-io/muster/internal/store"
 )
 
@@ -47,6 +46,9 @@ type Config struct {
 	// DatastorePollInterval is how often the datastore is polled for other
 	// servers' changes; zero for the backend's default.
 	DatastorePollInterval time.Duration
+	// MaxRequestsInFlight and MaxMutatingRequestsInFlight bound the
+	// requests served at once; zero for the defaults.
+	MaxRequestsInFlight, MaxMutatingRequestsInFlight int
 }
 
 // DefaultDataDir is /var/lib/muster/server for root, ./muster-data otherwise,
@@ -96,32 +98,33 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	tokens := registration.NewTokenAuthenticator()
-	var granter *registration.Granter
 	liveness := lifecycle.NewTracker()
 	registrationRules := &registration.Authorizer{}
 	api, err := apiserver.New(apiserver.Config{
-		BindAddress:        bind,
-		Port:               cfg.HTTPSPort,
-		ServingCertFile:    state.Files.ServingCert,
-		ServingKeyFile:     state.Files.ServingKey,
-		ClientCAFile:       state.Files.CACert,
-		CABundle:           state.CA.CertPEM,
-		Storage:            ds.Transport(),
-		CompactionInterval: store.APIServerCompactionInterval,
-		Tokens:             tokens,
-		AuthorizationRules: []authorizer.AuthorizerFunc{registrationRules.Authorize},
-		ObserveCaller:      liveness.Observe,
-		PeerHandlers:       map[string]http.Handler{lifecycle.ReportPath: liveness},
-		NewGranter: func(objects *registry.Objects) registry.Granter {
-			granter = registration.NewGranter(objects, state.CA, cfg.AgentCertificateValidity)
-			return granter
-		},
+		BindAddress:                 bind,
+		Port:                        cfg.HTTPSPort,
+		ServingCertFile:             state.Files.ServingCert,
+		ServingKeyFile:              state.Files.ServingKey,
+		ClientCAFile:                state.Files.CACert,
+		CABundle:                    state.CA.CertPEM,
+		Storage:                     ds.Transport(),
+		CompactionInterval:          store.APIServerCompactionInterval,
+		Tokens:                      tokens,
+		AuthorizationRules:          []authorizer.AuthorizerFunc{registrationRules.Authorize},
+		ObserveCaller:               liveness.Observe,
+		MaxRequestsInFlight:         cfg.MaxRequestsInFlight,
+		MaxMutatingRequestsInFlight: cfg.MaxMutatingRequestsInFlight,
+		PeerHandlers:                map[string]http.Handler{lifecycle.ReportPath: liveness},
 	})
 	if err != nil {
 		return err
 	}
+	// Registrations that need no approval are granted as they are made.
+	objects := api.Objects()
+	granter := registration.NewGranter(objects, state.CA, cfg.AgentCertificateValidity)
+	objects.SetGranter(granter)
 	ctl := &controllers{
-		cfg: cfg, granter: granter, self: self, address: advertised, peerTLS: peerTLS,
+		cfg: cfg, granter: granter, objects: objects, self: self, address: advertised, peerTLS: peerTLS,
 		tokens: tokens, rules: registrationRules, liveness: liveness,
 	}
 	if err := api.AddPostStartHook("muster-controllers", func(ctx context.Context) error {
