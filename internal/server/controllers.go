@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -21,7 +22,9 @@ import (
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/pki"
 	"github.com/muster-io/muster/internal/registration"
+	"github.com/muster-io/muster/internal/registry"
 	"github.com/muster-io/muster/internal/serverendpoint"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 	informers "github.com/muster-io/muster/pkg/client/informers/externalversions"
 )
@@ -42,6 +45,7 @@ const controllerWorkers = 16
 type controllers struct {
 	cfg      Config
 	granter  *registration.Granter
+	objects  *registry.Objects
 	self     string
 	address  string
 	peerTLS  *tls.Config
@@ -69,7 +73,7 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 		return err
 	}
 	c.client = client
-	factory := informers.NewSharedInformerFactory(client, 0)
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(slimForCache))
 	c.factory = factory
 	c.stop = ctx.Done()
 	v := factory.Muster().V1alpha1()
@@ -122,7 +126,7 @@ func (c *controllers) lead(term context.Context) {
 	factory := c.factory
 	granter := registration.NewController(c.client, factory, c.granter)
 	housekeeper := registration.NewHousekeeper(c.client, factory)
-	machines := lifecycle.NewController(c.client, factory, c.liveness, c.cfg.AgentSilenceThreshold)
+	machines := lifecycle.NewController(c.client, c.objects, factory, c.liveness, c.cfg.AgentSilenceThreshold)
 	endpoints := factory.Muster().V1alpha1().ServerEndpoints()
 	endpoints.Informer()
 	// Start what the controllers added; it runs until the server stops.
@@ -200,4 +204,18 @@ func peerTLSConfig(ca *pki.CA, self string) (*tls.Config, error) {
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Cert)
 	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, MinVersion: tls.VersionTLS12}, nil
+}
+
+// slimForCache drops from the controllers' cached objects what no
+// controller reads: managed fields, and a registration's CSR and
+// certificate (a grant reads its registration afresh). With a fleet of
+// thousands, every byte kept per object is kept thousands of times.
+func slimForCache(obj interface{}) (interface{}, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	if r, ok := obj.(*api.ClusterRegistration); ok {
+		r.Spec.CSR, r.Status.Certificate = nil, nil
+	}
+	return obj, nil
 }
