@@ -35,6 +35,12 @@ import (
 // etcdPrefix is where every muster.io object lives in the key space.
 const etcdPrefix = "/registry/muster.io"
 
+// Defaults of Config's in-flight limits.
+const (
+	DefaultMaxRequestsInFlight         = 2000
+	DefaultMaxMutatingRequestsInFlight = 1000
+)
+
 // Config is everything the API server needs from the rest of muster-server.
 type Config struct {
 	// BindAddress and Port are where HTTPS is served.
@@ -57,16 +63,20 @@ type Config struct {
 	// ObserveCaller, if set, is told the identity of every authenticated
 	// request (machine liveness); it must be cheap.
 	ObserveCaller func(user.Info)
+	// MaxRequestsInFlight and MaxMutatingRequestsInFlight bound the
+	// requests served at once (watches excluded); past them a request is
+	// refused with 429 and the client retries a second later. Zero means
+	// the defaults below.
+	MaxRequestsInFlight, MaxMutatingRequestsInFlight int
 	// PeerHandlers are non-resource paths served to the other servers of
 	// the deployment (group muster:servers) and to administrators only.
 	PeerHandlers map[string]http.Handler
-	// NewGranter, if set, builds what grants registrations as they are made.
-	NewGranter registry.NewGranter
 }
 
 // Server is a prepared API server.
 type Server struct {
 	generic *genericapiserver.GenericAPIServer
+	objects *registry.Objects
 }
 
 // New builds the API server; nothing listens until Run.
@@ -76,7 +86,7 @@ func New(cfg Config) (*Server, error) {
 	// from a shallow one, so the deep stack of the handler chain is freed
 	// instead of being kept by every agent's watch: for 5,000 agents
 	// that stack was about 60 KiB each. Alpha since 1.30, off by default.
-	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(map[string]bool{string(features.APIServingWithRoutine): true}); err != nil {
+	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(map[string]bool{string(features.APIServingWithRoutine): true, string(features.ListFromCacheSnapshot): false}); err != nil {
 		return nil, fmt.Errorf("enabling %s: %w", features.APIServingWithRoutine, err)
 	}
 	rc := genericapiserver.NewRecommendedConfig(Codecs)
@@ -84,6 +94,18 @@ func New(cfg Config) (*Server, error) {
 	// Priority and fairness needs kube-apiserver's flowcontrol API; the
 	// max-in-flight limits stand in for it.
 	rc.FlowControl = nil
+	// kube-apiserver's 400/200 suit a cluster's components; a fleet
+	// joining at once is thousands of agents, each with one request in
+	// flight, and a 429 costs each of them a second. Writes queue for the
+	// datastore in order (internal/store) instead, which is fairer and
+	// cheaper than refusing them.
+	rc.MaxRequestsInFlight, rc.MaxMutatingRequestsInFlight = DefaultMaxRequestsInFlight, DefaultMaxMutatingRequestsInFlight
+	if cfg.MaxRequestsInFlight > 0 {
+		rc.MaxRequestsInFlight = cfg.MaxRequestsInFlight
+	}
+	if cfg.MaxMutatingRequestsInFlight > 0 {
+		rc.MaxMutatingRequestsInFlight = cfg.MaxMutatingRequestsInFlight
+	}
 	// Agents hold watches open for many minutes; on SIGTERM they are ended
 	// (clients re-watch elsewhere) instead of holding the shutdown for the
 	// full request timeout.
@@ -148,7 +170,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("building the API server: %w", err)
 	}
 
-	storages, err := registry.All(Scheme, rc.RESTOptionsGetter, cfg.NewGranter)
+	storages, objects, err := registry.All(Scheme, rc.RESTOptionsGetter)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +198,7 @@ func New(cfg Config) (*Server, error) {
 	for path, h := range cfg.PeerHandlers {
 		generic.Handler.NonGoRestfulMux.Handle(path, h)
 	}
-	return &Server{generic: generic}, nil
+	return &Server{generic: generic, objects: objects}, nil
 }
 
 // Run serves until ctx is done, then shuts down gracefully and returns.
@@ -195,6 +217,9 @@ func (s *Server) AddPostStartHook(name string, fn func(ctx context.Context) erro
 func (s *Server) AddPreShutdownHook(name string, fn func() error) error {
 	return s.generic.AddPreShutdownHook(name, fn)
 }
+
+// Objects is the server's own, in-process access to its objects.
+func (s *Server) Objects() *registry.Objects { return s.objects }
 
 // LoopbackConfig is a privileged client config for controllers in this process.
 func (s *Server) LoopbackConfig() *clientrest.Config { return s.generic.LoopbackClientConfig }
