@@ -79,15 +79,24 @@ type Server struct {
 	objects *registry.Objects
 }
 
+// featureGates are the apiserver features muster sets otherwise than
+// kube-apiserver does, for a fleet of agents that each hold a watch.
+var featureGates = map[string]bool{
+	// The apiserver prepares a watch on a goroutine of its own and serves
+	// it from a shallow one, so the deep stack of the handler chain is
+	// freed instead of being kept by every agent's watch: 316 -> 214 MiB of
+	// stacks for 5,000 agents. Alpha since 1.30, off by default.
+	string(features.APIServingWithRoutine): true,
+	// A copy-on-write snapshot of the watch cache per revision, kept for
+	// paginated lists: ~50 MiB of live heap after a 5,000-agent storm.
+	// Paginated lists are served from the datastore instead.
+	string(features.ListFromCacheSnapshot): false,
+}
+
 // New builds the API server; nothing listens until Run.
 func New(cfg Config) (*Server, error) {
-	// Agents each hold a watch for as long as they run. With this gate the
-	// apiserver prepares a watch on a goroutine of its own and serves it
-	// from a shallow one, so the deep stack of the handler chain is freed
-	// instead of being kept by every agent's watch: for 5,000 agents
-	// that stack was about 60 KiB each. Alpha since 1.30, off by default.
-	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(map[string]bool{string(features.APIServingWithRoutine): true, string(features.ListFromCacheSnapshot): false}); err != nil {
-		return nil, fmt.Errorf("enabling %s: %w", features.APIServingWithRoutine, err)
+	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(featureGates); err != nil {
+		return nil, fmt.Errorf("setting the apiserver's feature gates: %w", err)
 	}
 	rc := genericapiserver.NewRecommendedConfig(Codecs)
 	rc.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
