@@ -49,6 +49,12 @@ type Config struct {
 	Prefix string
 	// HeartbeatInterval is how often each agent shows it is alive; default 5s like the real agent.
 	HeartbeatInterval time.Duration
+	// PlanUpdates is how many plan changes a second Run makes once the
+	// fleet has joined (round robin over its machines); zero for none.
+	PlanUpdates float64
+	// Kubeconfig is an admin kubeconfig to change plans with; needed only
+	// with PlanUpdates.
+	Kubeconfig string
 }
 
 // Fleet is the simulated agents.
@@ -60,6 +66,7 @@ type Fleet struct {
 
 	connected atomic.Int64
 	applied   atomic.Int64
+	changes   changes
 }
 
 // Agent is one simulated agent.
@@ -402,6 +409,7 @@ func (f *Fleet) report(ctx context.Context, c versioned.Interface, p *api.Machin
 		return err
 	}
 	f.applied.Add(1)
+	f.changes.applied(p.Name, p.Status.Checksum)
 	return nil
 }
 

@@ -26,9 +26,16 @@ type agentProc struct {
 // startAgent runs muster-agent against s with the given flags.
 func startAgent(t testing.TB, s *server, dataDir string, args ...string) *agentProc {
 	t.Helper()
-	a := &agentProc{t: t, dataDir: dataDir, log: &syncBuffer{}, exited: make(chan struct{})}
-	all := append([]string{"--server", s.url(), "--data-dir", dataDir}, args...)
-	a.cmd = exec.Command(agentBin, all...)
+	a := runAgentBinary(t, append([]string{"--server", s.url(), "--data-dir", dataDir}, args...)...)
+	a.dataDir = dataDir
+	return a
+}
+
+// runAgentBinary runs the muster-agent binary with args, killed at the end of the test.
+func runAgentBinary(t testing.TB, args ...string) *agentProc {
+	t.Helper()
+	a := &agentProc{t: t, log: &syncBuffer{}, exited: make(chan struct{})}
+	a.cmd = exec.Command(agentBin, args...)
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
 	if err := a.cmd.Start(); err != nil {
 		t.Fatalf("starting muster-agent: %v", err)
