@@ -70,6 +70,11 @@ func (g *Granter) AutoApproved(ctx context.Context, reg *api.ClusterRegistration
 		return true, nil
 	}
 	tok, err := g.token(ctx, reg.Spec.TokenID)
+	if apierrors.IsNotFound(err) {
+		// Deleted since it authenticated the request: the request waits,
+		// and the controller denies it saying why.
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}
