@@ -108,8 +108,15 @@ func TestJoin(t *testing.T) {
 		if out != `["worker"] 17 register` {
 			t.Errorf("machine: %q", out)
 		}
-		if out := s.mustKubectl("get", "clusterregistrations", "-o", "jsonpath={.items[*].status.phase}"); out != "Granted" {
-			t.Errorf("registrations: %q", out)
+		if out := s.mustKubectl("get", "clusterregistrations", "-o", "jsonpath={.items[*].status.phase}: {.items[*].status.transitions[*].event}"); out != "Granted: approve grant" {
+			t.Errorf("registrations: %q, want one Granted with its history", out)
+		}
+		// A token without manual approval is granted in the registration's answer.
+		if strings.Contains(a.log.String(), "waiting for the registration") {
+			t.Errorf("the agent waited for a grant its token needs no approval for:\n%s", a.log.String())
+		}
+		if out := s.mustKubectl("get", "machine", "edge-1", "-o", `jsonpath={.status.agentVersion} {.status.addresses[?(@.type=="Hostname")].address}`); len(strings.Fields(out)) != 2 {
+			t.Errorf("the machine does not show the agent's version and hostname: %q", out)
 		}
 		if _, err := os.Stat(filepath.Join(dir, "token")); !os.IsNotExist(err) {
 			t.Errorf("the join token is still in the agent's data dir: %v", err)
