@@ -119,8 +119,9 @@ func New(cfg Config) (*Server, error) {
 	// (clients re-watch elsewhere) instead of holding the shutdown for the
 	// full request timeout.
 	rc.ShutdownWatchTerminationGracePeriod = 2 * time.Second
-	if observe := cfg.ObserveCaller; observe != nil {
-		rc.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
+	observe := cfg.ObserveCaller
+	rc.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
+		if observe != nil {
 			// Wrapped inside the default chain, so it runs after authentication.
 			inner := h
 			h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -129,8 +130,8 @@ func New(cfg Config) (*Server, error) {
 				}
 				inner.ServeHTTP(w, r)
 			})
-			return genericapiserver.DefaultBuildHandlerChain(h, c)
 		}
+		return withHeartbeats(genericapiserver.DefaultBuildHandlerChain(h, c), c, observe)
 	}
 
 	serving := genericoptions.NewSecureServingOptions()
@@ -198,11 +199,6 @@ func New(cfg Config) (*Server, error) {
 	generic.Handler.NonGoRestfulMux.HandleFunc("/cacerts", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/x-pem-file")
 		_, _ = w.Write(caBundle)
-	})
-	// What a heartbeat does (liveness) happens in ObserveCaller, for
-	// every authenticated request; this answers it.
-	generic.Handler.NonGoRestfulMux.HandleFunc(v1alpha1.HeartbeatPath, func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusNoContent)
 	})
 	for path, h := range cfg.PeerHandlers {
 		generic.Handler.NonGoRestfulMux.Handle(path, h)

@@ -84,6 +84,7 @@ func TestJoinBadInputs(t *testing.T) {
 	bootstrap := clientset.NewForConfigOrDie(&rest.Config{Host: host, BearerToken: good[strings.Index(good, "::")+2:], TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}})
 	other := newToken(t, s)
 	otherClient := clientset.NewForConfigOrDie(&rest.Config{Host: host, BearerToken: other[strings.Index(other, "::")+2:], TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}})
+	anonymous := clientset.NewForConfigOrDie(&rest.Config{Host: host, TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}})
 	holderDir := holder.dataDir
 	holderCert := clientset.NewForConfigOrDie(&rest.Config{Host: host, TLSClientConfig: rest.TLSClientConfig{
 		CAData: caPEM, CertFile: filepath.Join(holderDir, "client.crt"), KeyFile: filepath.Join(holderDir, "client.key")}})
@@ -139,6 +140,9 @@ func TestJoinBadInputs(t *testing.T) {
 			_, err := holderCert.MusterV1alpha1().ServerEndpoints().List(ctx, metav1.ListOptions{})
 			return err
 		}, func(err error) bool { return err == nil }},
+		{"machine heartbeats", func() error { return heartbeat(ctx, holderCert) }, func(err error) bool { return err == nil }},
+		{"bootstrap token heartbeats", func() error { return heartbeat(ctx, bootstrap) }, apierrors.IsForbidden},
+		{"anonymous heartbeat", func() error { return heartbeat(ctx, anonymous) }, apierrors.IsUnauthorized},
 		{"oversized labels", func() error {
 			return createRegistration(ctx, bootstrap, "big", func(r *api.ClusterRegistration) {
 				r.Spec.Labels = map[string]string{}
@@ -196,6 +200,9 @@ func TestJoinBadInputs(t *testing.T) {
 		_, err := holderCert.MusterV1alpha1().Machines().Get(ctx, "taken", metav1.GetOptions{})
 		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "no longer exists") {
 			t.Errorf("a deleted machine's certificate still works: %v", err)
+		}
+		if err := heartbeat(ctx, holderCert); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "no longer exists") {
+			t.Errorf("a deleted machine's certificate still heartbeats: %v", err)
 		}
 	})
 }
@@ -297,4 +304,9 @@ func TestConcurrentRegistrationsFromOneClient(t *testing.T) {
 	if out := s.mustKubectl("get", "machines", "-o", "name"); strings.TrimSpace(out) != "machine.muster.io/retrying-node" {
 		t.Errorf("machines after %d attempts: %q", attempts, out)
 	}
+}
+
+// heartbeat sends an agent's heartbeat with c's credential.
+func heartbeat(ctx context.Context, c clientset.Interface) error {
+	return c.MusterV1alpha1().RESTClient().Get().AbsPath(api.HeartbeatPath).Do(ctx).Error()
 }
