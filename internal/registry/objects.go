@@ -32,6 +32,7 @@ import (
 // Registering), which no API client can do.
 type Objects struct {
 	tokens, machines, plans, clusters, passwords *genericregistry.Store
+	registrations, endpoints                     *genericregistry.Store
 	tokenStatus, passwordStatus, machineStatus   *genericregistry.Store
 
 	grants atomic.Pointer[Granter]
@@ -55,6 +56,8 @@ func newObjects(byResource map[string]*Storage) *Objects {
 		plans:          byResource[MachinePlan.Resource].store,
 		clusters:       byResource[Cluster.Resource].store,
 		passwords:      byResource[NodePassword.Resource].store,
+		registrations:  byResource[ClusterRegistration.Resource].store,
+		endpoints:      byResource[ServerEndpoint.Resource].store,
 		tokenStatus:    byResource[ClusterRegistrationToken.Resource].Status.store,
 		passwordStatus: byResource[NodePassword.Resource].Status.store,
 		machineStatus:  byResource[Machine.Resource].Status.store,

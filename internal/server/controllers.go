@@ -74,6 +74,7 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 	}
 	c.client = client
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(slimForCache))
+	c.objects.ServeInformers(factory)
 	c.factory = factory
 	c.stop = ctx.Done()
 	v := factory.Muster().V1alpha1()
