@@ -153,10 +153,11 @@ func (c *Controller) grant(ctx context.Context, cached *api.ClusterRegistration)
 	if reg.Status.Phase != api.RegistrationPhaseApproved {
 		return nil // decided meanwhile; its update event brings it back
 	}
-	if _, err := pki.ParseCSR(reg.Spec.CSR); err != nil {
+	csr, err := pki.ParseCSR(reg.Spec.CSR)
+	if err != nil {
 		return c.setPhase(ctx, reg, api.RegistrationPhaseDenied, "InvalidCSR", fmt.Sprintf("the certificate request is unusable: %v", err))
 	}
-	cluster, machine, cert, err := c.granter.Grant(ctx, reg)
+	cluster, machine, cert, err := c.granter.Grant(ctx, reg, csr)
 	if err != nil {
 		return err
 	}
@@ -167,7 +168,9 @@ func (c *Controller) grant(ctx context.Context, cached *api.ClusterRegistration)
 		return err
 	}
 	klog.InfoS("Registration granted", "registration", reg.Name, "machine", machine, "cluster", cluster)
-	c.bindPassword(ctx, machine)
+	if err := c.granter.store.BindPassword(ctx, machine); err != nil {
+		klog.ErrorS(err, "Binding the node password to its machine", "machine", machine)
+	}
 	return nil
 }
 
@@ -198,21 +201,6 @@ func (c *Controller) cleanupSuperseded(ctx context.Context, granted *api.Cluster
 			klog.ErrorS(err, "Deleting a superseded registration", "registration", r.Name)
 		}
 	}
-}
-
-// bindPassword records which Machine owns a node password.
-func (c *Controller) bindPassword(ctx context.Context, node string) {
-	passwords := c.client.MusterV1alpha1().NodePasswords()
-	_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		np, err := passwords.Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		now := metav1.Now()
-		np.Status.Machine, np.Status.LastVerified = node, &now
-		_, err = passwords.UpdateStatus(ctx, np, metav1.UpdateOptions{})
-		return err
-	})
 }
 
 // Decide is an operator's approval or denial of a pending registration.

@@ -3,6 +3,7 @@ package registration
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"sync"
@@ -36,6 +37,9 @@ type Store interface {
 	EnsurePlan(ctx context.Context, p *api.MachinePlan) error
 	// CountTokenUses adds n registrations to a join token's status.
 	CountTokenUses(ctx context.Context, name string, n int) error
+	// BindPassword records that a node password belongs to the Machine of
+	// its node name.
+	BindPassword(ctx context.Context, node string) error
 }
 
 // Granter grants registrations: it finds or creates the agent's Cluster,
@@ -92,14 +96,10 @@ func (g *Granter) token(ctx context.Context, name string) (*api.ClusterRegistrat
 }
 
 // Grant returns the cluster, machine and certificate of reg, creating
-// what does not exist yet. The node password was verified when the
-// request was made, so an existing Machine of this node name is this node's.
-func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration) (cluster, machine string, cert []byte, err error) {
-	// Its signature is checked once, by SignCSR below.
-	csr, err := pki.DecodeCSR(reg.Spec.CSR)
-	if err != nil {
-		return "", "", nil, apierrors.NewBadRequest(fmt.Sprintf("the certificate request is unusable: %v", err))
-	}
+// what does not exist yet; csr is reg's, as pki.ParseCSR returned it. The
+// node password was verified when the request was made, so an existing
+// Machine of this node name is this node's.
+func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration, csr *x509.CertificateRequest) (cluster, machine string, cert []byte, err error) {
 	m, err := g.ensureMachine(ctx, reg)
 	if err != nil {
 		return "", "", nil, err

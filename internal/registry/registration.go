@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,9 +40,11 @@ var ClusterRegistration = Kind[*api.ClusterRegistration]{
 		errs = append(errs, validateRoles(r.Spec.Roles, spec.Child("roles"))...)
 		errs = append(errs, validateAddresses(r.Spec.Addresses, spec.Child("addresses"))...)
 		errs = append(errs, validateMaxLen(r.Spec.AgentVersion, maxVersionLen, spec.Child("agentVersion"))...)
+		// The CSR's self-signature is checked by the create itself
+		// (registrationREST), once: validation runs twice per create.
 		if len(r.Spec.CSR) > maxCSRBytes {
 			errs = append(errs, field.TooLong(spec.Child("csr"), "", maxCSRBytes))
-		} else if csr, err := pki.ParseCSR(r.Spec.CSR); err != nil {
+		} else if csr, err := pki.DecodeCSR(r.Spec.CSR); err != nil {
 			errs = append(errs, field.Invalid(spec.Child("csr"), "<csr>", err.Error()))
 		} else if err := pki.CheckPublicKey(csr.PublicKey); err != nil {
 			errs = append(errs, field.Invalid(spec.Child("csr"), "<csr>", err.Error()))
@@ -70,8 +73,9 @@ var ClusterRegistration = Kind[*api.ClusterRegistration]{
 type Granter interface {
 	// AutoApproved reports whether reg may be granted without an operator.
 	AutoApproved(ctx context.Context, reg *api.ClusterRegistration) (bool, error)
-	// Grant returns the cluster, machine and certificate granted to reg.
-	Grant(ctx context.Context, reg *api.ClusterRegistration) (cluster, machine string, cert []byte, err error)
+	// Grant returns the cluster, machine and certificate granted to reg,
+	// whose CSR is csr (parsed, its self-signature checked).
+	Grant(ctx context.Context, reg *api.ClusterRegistration, csr *x509.CertificateRequest) (cluster, machine string, cert []byte, err error)
 }
 
 // registrationREST is the clusterregistrations resource: the generic store
@@ -115,7 +119,11 @@ func (r *registrationREST) Create(ctx context.Context, obj runtime.Object, creat
 	}
 	// Everything a grant relies on is checked before anything is written.
 	if errs := ClusterRegistration.Validate(reg); len(errs) > 0 {
-		return nil, apierrors.NewInvalid(api.SchemeGroupVersion.WithKind("ClusterRegistration").GroupKind(), reg.Name, errs)
+		return nil, invalidRegistration(reg.Name, errs...)
+	}
+	csr, err := pki.ParseCSR(reg.Spec.CSR)
+	if err != nil {
+		return nil, invalidRegistration(reg.Name, field.Invalid(field.NewPath("spec", "csr"), "<csr>", err.Error()))
 	}
 	granter := r.objects.granter()
 	grantNow := false
@@ -130,7 +138,7 @@ func (r *registrationREST) Create(ctx context.Context, obj runtime.Object, creat
 		return nil, err
 	}
 	if grantNow {
-		cluster, machine, cert, err := granter.Grant(ctx, reg)
+		cluster, machine, cert, err := granter.Grant(ctx, reg, csr)
 		if err != nil {
 			return nil, err
 		}

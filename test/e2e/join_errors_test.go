@@ -157,6 +157,20 @@ func TestJoinBadInputs(t *testing.T) {
 		{"name not derived from clientID and clientRandom", func() error {
 			return createRegistration(ctx, bootstrap, "renamed", func(r *api.ClusterRegistration) { r.Name = "c-chosen" })
 		}, apierrors.IsInvalid},
+		{"CSR not signed by the key it carries", func() error {
+			before := s.mustKubectl("get", "clusterregistrations,machines,nodepasswords", "-o", "name")
+			err := createRegistration(ctx, bootstrap, "forged", func(r *api.ClusterRegistration) {
+				block, _ := pem.Decode(r.Spec.CSR)
+				block.Bytes[len(block.Bytes)-1] ^= 0xff // the signature's last byte
+				r.Spec.CSR = pem.EncodeToMemory(block)
+			})
+			if after := s.mustKubectl("get", "clusterregistrations,machines,nodepasswords", "-o", "name"); after != before {
+				return fmt.Errorf("a refused registration changed state (%v):\nbefore:\n%s\nafter:\n%s", err, before, after)
+			}
+			return err
+		}, func(err error) bool {
+			return apierrors.IsInvalid(err) && strings.Contains(err.Error(), "signature is invalid")
+		}},
 		{"weak node password", func() error {
 			return createRegistration(ctx, bootstrap, "weakpw", func(r *api.ClusterRegistration) { r.Spec.NodePassword = "hunter2" })
 		}, apierrors.IsInvalid},
