@@ -13,7 +13,7 @@ import (
 	"github.com/muster-io/muster/internal/apiserver"
 	"github.com/muster-io/muster/internal/bootstrap"
 	"github.com/muster-io/muster/internal/lifecycle"
-	"github.com/muster-io/muster/internal/registration"
+	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/server"
 	"github.com/muster-io/muster/internal/version"
 )
@@ -52,7 +52,7 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.StringVar(&cfg.Token, "token", "", "server token shared by every server on one datastore (default: $MUSTER_TOKEN, else the data dir's, else generated); it seals the CA in the datastore")
 	fl.DurationVar(&cfg.DatastorePollInterval, "datastore-poll-interval", 0, "how often to poll the datastore for other servers' changes (default 100ms for PostgreSQL, 1s for SQLite)")
 
-	fl.DurationVar(&cfg.AgentCertificateValidity, "agent-certificate-validity", registration.DefaultCertificateValidity, "lifetime of the client certificates granted to agents; they renew at two thirds of it")
+	fl.DurationVar(&cfg.AgentCertificateValidity, "agent-certificate-validity", join.DefaultCertificateValidity, "lifetime of the client certificates granted to agents; they renew at two thirds of it")
 
 	fl.IntVar(&cfg.MaxRequestsInFlight, "max-requests-inflight", apiserver.DefaultMaxRequestsInFlight, "requests served at once (watches excluded); more get 429 and retry")
 	fl.IntVar(&cfg.MaxMutatingRequestsInFlight, "max-mutating-requests-inflight", apiserver.DefaultMaxMutatingRequestsInFlight, "writes served at once; more get 429 and retry")

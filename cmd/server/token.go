@@ -9,7 +9,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/muster-io/muster/internal/jointoken"
-	"github.com/muster-io/muster/internal/registration"
+	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/server"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
@@ -107,7 +107,7 @@ func newRegistrationCommand(cfg *server.Config) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if err := registration.Decide(cmd.Context(), c, args[0], approve, message); err != nil {
+				if err := join.Decide(cmd.Context(), c, args[0], approve, message); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "registration %s: %s\n", args[0], map[bool]string{true: "approved", false: "denied"}[approve])

@@ -71,6 +71,10 @@ type Config struct {
 	// PeerHandlers are non-resource paths served to the other servers of
 	// the deployment (group muster:servers) and to administrators only.
 	PeerHandlers map[string]http.Handler
+	// Registrations builds the clusterregistrations resource on the
+	// registry's store of that kind (the join, internal/join); nil serves
+	// the plain store.
+	Registrations func(main *registry.REST, objects *registry.Objects) rest.Storage
 }
 
 // Server is a prepared API server.
@@ -189,6 +193,10 @@ func New(cfg Config) (*Server, error) {
 	for _, s := range storages {
 		resources[s.Resource] = s.Main
 		resources[s.Resource+"/status"] = s.Status
+	}
+	if cfg.Registrations != nil {
+		main := resources[registry.ClusterRegistration.Resource].(*registry.REST)
+		resources[registry.ClusterRegistration.Resource] = cfg.Registrations(main, objects)
 	}
 	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = resources
 	if err := generic.InstallAPIGroup(&group); err != nil {

@@ -43,6 +43,13 @@ type Kind[T Object] struct {
 	ValidateUpdate func(obj, old T) field.ErrorList
 	// ValidateStatus checks a status update beyond the phase check. Optional.
 	ValidateStatus func(obj, old T) field.ErrorList
+	// PrepareStatus fills server-owned status fields (timestamps) on every
+	// status update, whoever writes it. Optional.
+	PrepareStatus func(obj, old T)
+	// AgentStatus refuses the status changes a machine's agent may not
+	// make to its own object: it reports what it observes, the server owns
+	// the rest (SPEC §8). Nil: agents may not write the kind's status.
+	AgentStatus func(obj, old T) field.ErrorList
 	// Columns and Cells are the extra `kubectl get` columns between NAME and AGE.
 	Columns []metav1.TableColumnDefinition
 	Cells   func(T) []interface{}
@@ -80,6 +87,12 @@ func (k Kind[T]) erase() kindInfo {
 	if k.ValidateStatus != nil {
 		info.validateStatus = func(obj, old runtime.Object) field.ErrorList { return k.ValidateStatus(cast(obj), cast(old)) }
 	}
+	if k.PrepareStatus != nil {
+		info.prepareStatus = func(obj, old runtime.Object) { k.PrepareStatus(cast(obj), cast(old)) }
+	}
+	if k.AgentStatus != nil {
+		info.agentStatus = func(obj, old runtime.Object) field.ErrorList { return k.AgentStatus(cast(obj), cast(old)) }
+	}
 	if k.Cells != nil {
 		info.cells = func(o runtime.Object) []interface{} { return k.Cells(cast(o)) }
 	}
@@ -98,6 +111,8 @@ type kindInfo struct {
 	validate           func(runtime.Object) field.ErrorList
 	validateUpdate     func(obj, old runtime.Object) field.ErrorList
 	validateStatus     func(obj, old runtime.Object) field.ErrorList
+	prepareStatus      func(obj, old runtime.Object)
+	agentStatus        func(obj, old runtime.Object) field.ErrorList
 	columns            []metav1.TableColumnDefinition
 	cells              func(runtime.Object) []interface{}
 }

@@ -43,12 +43,17 @@ var Machine = Kind[*api.Machine]{
 		if m.Spec.ClientID != "" {
 			errs = append(errs, validateIdentifier(m.Spec.ClientID, spec.Child("clientID"))...)
 		}
-		return append(errs, validateMaxLen(m.Spec.Driver, 63, spec.Child("driver"))...)
+		errs = append(errs, validateMaxLen(m.Spec.Driver, 63, spec.Child("driver"))...)
+		if m.Spec.JoinToken != "" && !tokenIDPattern.MatchString(m.Spec.JoinToken) {
+			errs = append(errs, field.Invalid(spec.Child("joinToken"), m.Spec.JoinToken, "must be a join token ID: 6 to 32 lowercase letters and digits"))
+		}
+		return errs
 	},
 	ValidateUpdate: func(m, old *api.Machine) field.ErrorList {
 		spec := field.NewPath("spec")
 		errs := validateImmutable(m.Spec.Cluster, old.Spec.Cluster, spec.Child("cluster"))
 		errs = append(errs, validateImmutable(m.Spec.NodeName, old.Spec.NodeName, spec.Child("nodeName"))...)
+		errs = append(errs, validateImmutable(m.Spec.JoinToken, old.Spec.JoinToken, spec.Child("joinToken"))...)
 		return append(errs, validateImmutable(m.Spec.Driver, old.Spec.Driver, spec.Child("driver"))...)
 	},
 	ValidateStatus: func(m, _ *api.Machine) field.ErrorList {
@@ -62,6 +67,7 @@ var Machine = Kind[*api.Machine]{
 		errs = append(errs, validateMaxLen(m.Status.AgentVersion, maxVersionLen, status.Child("agentVersion"))...)
 		return append(errs, validateMaxLen(m.Status.Message, 4096, status.Child("message"))...)
 	},
+	AgentStatus: machineAgentStatus,
 	Columns: []metav1.TableColumnDefinition{
 		{Name: "Cluster", Type: "string", Description: "Cluster the machine belongs to."},
 		{Name: "Phase", Type: "string", Description: "Lifecycle state of the machine."},

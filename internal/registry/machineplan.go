@@ -60,6 +60,8 @@ var MachinePlan = Kind[*api.MachinePlan]{
 	},
 	Validate:       validatePlanSpec,
 	ValidateStatus: validatePlanStatus,
+	PrepareStatus:  preparePlanStatus,
+	AgentStatus:    planAgentStatus,
 	Columns: []metav1.TableColumnDefinition{
 		{Name: "State", Type: "string", Description: "pending, in-progress, succeeded or failed."},
 		{Name: "Checksum", Type: "string", Description: "Identity of the current plan (first 12 hex digits)."},

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -23,9 +23,10 @@ import (
 // authorization, because the caller is the server itself. The strategies
 // still run, so every object is validated exactly as an API write is.
 //
-// It exists for the registration path, which writes several objects per
-// joining agent: through the loopback client each write would cost a TLS
-// round trip and two JSON encodings more than the datastore write itself.
+// It exists for the join (internal/join), which writes several objects per
+// joining agent, and the lifecycle controller: through the loopback client
+// each write would cost a TLS round trip and two JSON encodings more than the
+// datastore write itself. It decides nothing: it is storage.
 //
 // Reads come from the watch cache unless fresh is asked for; creates may
 // carry the status the server decided (a Machine an agent registered starts
@@ -34,19 +35,7 @@ type Objects struct {
 	tokens, machines, plans, clusters, passwords *genericregistry.Store
 	registrations, endpoints                     *genericregistry.Store
 	tokenStatus, passwordStatus, machineStatus   *genericregistry.Store
-
-	grants atomic.Pointer[Granter]
-}
-
-// SetGranter makes registrations that need no approval granted as they are
-// made; until it is called, every registration waits for the controller.
-func (o *Objects) SetGranter(g Granter) { o.grants.Store(&g) }
-
-func (o *Objects) granter() Granter {
-	if g := o.grants.Load(); g != nil {
-		return *g
-	}
-	return nil
+	registrationStatus                           *genericregistry.Store
 }
 
 func newObjects(byResource map[string]*Storage) *Objects {
@@ -61,6 +50,8 @@ func newObjects(byResource map[string]*Storage) *Objects {
 		tokenStatus:    byResource[ClusterRegistrationToken.Resource].Status.store,
 		passwordStatus: byResource[NodePassword.Resource].Status.store,
 		machineStatus:  byResource[Machine.Resource].Status.store,
+
+		registrationStatus: byResource[ClusterRegistration.Resource].Status.store,
 	}
 }
 
@@ -72,6 +63,77 @@ func (o *Objects) Token(ctx context.Context, name string, fresh bool) (*api.Clus
 // Machine reads a Machine, from the watch cache unless fresh.
 func (o *Objects) Machine(ctx context.Context, name string, fresh bool) (*api.Machine, error) {
 	return get[*api.Machine](ctx, o.machines, name, fresh)
+}
+
+// Cluster reads a Cluster, from the watch cache unless fresh.
+func (o *Objects) Cluster(ctx context.Context, name string, fresh bool) (*api.Cluster, error) {
+	return get[*api.Cluster](ctx, o.clusters, name, fresh)
+}
+
+// Plan reads a MachinePlan, from the watch cache unless fresh.
+func (o *Objects) Plan(ctx context.Context, name string, fresh bool) (*api.MachinePlan, error) {
+	return get[*api.MachinePlan](ctx, o.plans, name, fresh)
+}
+
+// Password reads a NodePassword, from the watch cache unless fresh.
+func (o *Objects) Password(ctx context.Context, name string, fresh bool) (*api.NodePassword, error) {
+	return get[*api.NodePassword](ctx, o.passwords, name, fresh)
+}
+
+// Registration reads a ClusterRegistration, from the watch cache unless fresh.
+func (o *Objects) Registration(ctx context.Context, name string, fresh bool) (*api.ClusterRegistration, error) {
+	return get[*api.ClusterRegistration](ctx, o.registrations, name, fresh)
+}
+
+// MachinesOfClient lists the Machines registered by the agent with clientID,
+// from the watch cache.
+func (o *Objects) MachinesOfClient(ctx context.Context, clientID string) ([]api.Machine, error) {
+	list, err := o.machines.List(clusterScoped(ctx), &metainternalversion.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return nil, err
+	}
+	var out []api.Machine
+	for _, m := range list.(*api.MachineList).Items {
+		if m.Spec.ClientID == clientID {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// CreatePassword stores a NodePassword with the status the server decided
+// (bound to its Machine).
+func (o *Objects) CreatePassword(ctx context.Context, np *api.NodePassword) (*api.NodePassword, error) {
+	return create(ctx, o.passwords, np)
+}
+
+// UpdateRegistrationStatus applies change to the stored registration's
+// status through the status strategy (its state-machine check and history).
+func (o *Objects) UpdateRegistrationStatus(ctx context.Context, name string, change func(*api.ClusterRegistration) bool) (*api.ClusterRegistration, error) {
+	return updateStatus(ctx, o.registrationStatus, name, change)
+}
+
+// DeleteRegistration deletes a registration.
+func (o *Objects) DeleteRegistration(ctx context.Context, name string) error {
+	_, _, err := o.registrations.Delete(clusterScoped(ctx), name, rest.ValidateAllObjectFunc, &metav1.DeleteOptions{})
+	return err
+}
+
+// UseToken counts one registration against a join token whose uses are
+// limited, in the same compare-and-swap that checks the limit, so that two
+// servers granting at once never pass it together. ok is false, and nothing
+// is written, when the token has no use left.
+func (o *Objects) UseToken(ctx context.Context, name string, maxUses int32) (ok bool, err error) {
+	_, err = updateStatus(ctx, o.tokenStatus, name, func(t *api.ClusterRegistrationToken) bool {
+		if ok = t.Status.Registrations < maxUses; !ok {
+			return false
+		}
+		now := nowFunc()
+		t.Status.Registrations++
+		t.Status.LastUsed = &now
+		return true
+	})
+	return ok, err
 }
 
 // RegisterMachine creates the Machine of an agent that has just registered:
@@ -139,6 +201,17 @@ type serverWrite struct{}
 
 func asServer(ctx context.Context) context.Context {
 	return context.WithValue(ctx, serverWrite{}, true)
+}
+
+// AsServer marks a create made by the server's own code on behalf of a
+// request (the join's registration create): it keeps the status the server
+// decided, which an API client's create never does.
+func AsServer(ctx context.Context) context.Context { return asServer(ctx) }
+
+// StartAt gives obj, a new object of a lifecycle kind, the status of having
+// taken events from the initial state, each recorded as a transition.
+func StartAt(def *fsm.Definition, obj runtime.Object, reason string, events ...string) error {
+	return startAt(def, obj, reason, events...)
 }
 
 func isServerWrite(ctx context.Context) bool { v, _ := ctx.Value(serverWrite{}).(bool); return v }

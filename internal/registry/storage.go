@@ -28,10 +28,5 @@ func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter) ([]*St
 		all = append(all, s)
 		byResource[s.Resource] = s
 	}
-	// A registration's create verifies the node password against
-	// NodePasswords and may grant the request at once.
-	objects := newObjects(byResource)
-	reg := byResource[ClusterRegistration.Resource]
-	reg.Main = &registrationREST{REST: reg.Main.(*REST), objects: objects}
-	return all, objects, nil
+	return all, newObjects(byResource), nil
 }

@@ -10,9 +10,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/storage/names"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
+	"github.com/muster-io/muster/internal/identity"
 	"github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
@@ -103,6 +105,10 @@ func (s statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set
 func (s statusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
 	setField(obj, "Spec", field_(old, "Spec"))
 	metav1.ResetObjectMetaForStatus(mustAccessor(obj), mustAccessor(old))
+	keepMainManagedFields(mustAccessor(obj), mustAccessor(old))
+	if s.kind.prepareStatus != nil {
+		s.kind.prepareStatus(obj, old)
+	}
 	if s.kind.lifecycle == nil {
 		return
 	}
@@ -119,8 +125,12 @@ func (s statusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Obj
 	setField(obj, "Status.Transitions", reflect.ValueOf(transitions))
 }
 
-func (s statusStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
+func (s statusStrategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
 	errs := apimachineryvalidation.ValidateObjectMetaAccessorUpdate(mustAccessor(obj), mustAccessor(old), field.NewPath("metadata"))
+	if errs := s.validateAgent(ctx, obj, old); len(errs) > 0 {
+		// Nothing else to say to an agent that wrote what is not its own.
+		return errs
+	}
 	if s.kind.lifecycle != nil {
 		if _, err := s.kind.lifecycle.EventFor(phase(old), phase(obj)); err != nil {
 			errs = append(errs, field.Invalid(field.NewPath("status", "phase"), phase(obj), err.Error()))
@@ -130,6 +140,39 @@ func (s statusStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Objec
 		errs = append(errs, s.kind.validateStatus(obj, old)...)
 	}
 	return errs
+}
+
+// validateAgent refuses a machine's agent the status fields the server owns.
+func (s statusStrategy) validateAgent(ctx context.Context, obj, old runtime.Object) field.ErrorList {
+	u, ok := request.UserFrom(ctx)
+	if !ok {
+		return nil // the server's own in-process writes
+	}
+	if _, _, isMachine := identity.Machine(u); !isMachine {
+		return nil
+	}
+	if s.kind.agentStatus == nil {
+		return field.ErrorList{field.Forbidden(field.NewPath("status"), "a machine's agent may not write the status of "+s.kind.resource)}
+	}
+	return s.kind.agentStatus(obj, old)
+}
+
+// keepMainManagedFields keeps the server-side-apply records of everything
+// but the status subresource as they were: a status write changes status
+// only, and may not erase (or forge) who owns the spec and metadata.
+func keepMainManagedFields(obj, old metav1.Object) {
+	var kept []metav1.ManagedFieldsEntry
+	for _, e := range old.GetManagedFields() {
+		if e.Subresource != "status" {
+			kept = append(kept, e)
+		}
+	}
+	for _, e := range obj.GetManagedFields() {
+		if e.Subresource == "status" {
+			kept = append(kept, e)
+		}
+	}
+	obj.SetManagedFields(kept)
 }
 
 // appendTransition adds rec and drops the oldest records past the bound.

@@ -51,6 +51,7 @@ var ClusterRegistrationToken = Kind[*api.ClusterRegistrationToken]{
 		}
 		errs = append(errs, validateDNSSubdomain(t.Spec.Cluster, spec.Child("cluster"), false)...)
 		errs = append(errs, validateMaxLen(t.Spec.Description, 1024, spec.Child("description"))...)
+		errs = append(errs, validateNonNegative(t.Spec.MaxUses, spec.Child("maxUses"))...)
 		return errs
 	},
 	ValidateUpdate: func(t, old *api.ClusterRegistrationToken) field.ErrorList {

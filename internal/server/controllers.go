@@ -19,6 +19,7 @@ import (
 
 	"github.com/muster-io/muster/internal/identity"
 	"github.com/muster-io/muster/internal/leader"
+	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/pki"
 	"github.com/muster-io/muster/internal/registration"
@@ -44,7 +45,7 @@ const controllerWorkers = 16
 // renewal; on the elected leader only, the controllers that write.
 type controllers struct {
 	cfg      Config
-	granter  *registration.Granter
+	join     *join.Join
 	objects  *registry.Objects
 	self     string
 	address  string
@@ -81,7 +82,9 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 	tokenInformer := v.ClusterRegistrationTokens()
 	tokenInformer.Informer()
 	machines, registrations := v.Machines(), v.ClusterRegistrations()
-	machines.Informer()
+	if err := c.join.Granter().SetMachineInformer(ctx, machines.Informer()); err != nil {
+		return err
+	}
 	registrations.Informer()
 	c.rules.SetClient(client)
 	factory.Start(ctx.Done())
@@ -100,7 +103,7 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 	c.liveness.Begin()
 
 	// Every server grants the registrations made through it.
-	go c.granter.Run(ctx)
+	go c.join.Granter().Run(ctx)
 	go serverendpoint.Publish(ctx, client, c.self, c.address)
 	electionCtx, stopElection := context.WithCancel(ctx)
 	c.stopElection, c.elected = stopElection, make(chan struct{})
@@ -125,8 +128,8 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 // pays for. Their queues end with the term.
 func (c *controllers) lead(term context.Context) {
 	factory := c.factory
-	granter := registration.NewController(c.client, factory, c.granter)
-	housekeeper := registration.NewHousekeeper(c.client, factory)
+	granter := c.join.NewController(factory)
+	housekeeper := c.join.NewHousekeeper(c.client, factory)
 	machines := lifecycle.NewController(c.client, c.objects, factory, c.liveness, c.cfg.AgentSilenceThreshold)
 	endpoints := factory.Muster().V1alpha1().ServerEndpoints()
 	endpoints.Informer()

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
+	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/registration"
 	"github.com/muster-io/muster/internal/store"
@@ -113,6 +114,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
+	joins := join.New(join.Config{CA: state.CA, Validity: cfg.AgentCertificateValidity})
 	tokens := registration.NewTokenAuthenticator()
 	liveness := lifecycle.NewTracker()
 	registrationRules := &registration.Authorizer{}
@@ -131,16 +133,13 @@ func Run(ctx context.Context, cfg Config) error {
 		MaxRequestsInFlight:         cfg.MaxRequestsInFlight,
 		MaxMutatingRequestsInFlight: cfg.MaxMutatingRequestsInFlight,
 		PeerHandlers:                map[string]http.Handler{lifecycle.ReportPath: liveness},
+		Registrations:               joins.Storage,
 	})
 	if err != nil {
 		return err
 	}
-	// Registrations that need no approval are granted as they are made.
-	objects := api.Objects()
-	granter := registration.NewGranter(objects, state.CA, cfg.AgentCertificateValidity)
-	objects.SetGranter(granter)
 	ctl := &controllers{
-		cfg: cfg, granter: granter, objects: objects, self: self, address: advertised, peerTLS: peerTLS,
+		cfg: cfg, join: joins, objects: api.Objects(), self: self, address: advertised, peerTLS: peerTLS,
 		tokens: tokens, rules: registrationRules, liveness: liveness,
 	}
 	if err := api.AddPostStartHook("muster-controllers", func(ctx context.Context) error {

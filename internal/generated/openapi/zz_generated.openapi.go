@@ -433,6 +433,27 @@ func schema_pkg_apis_muster_v1alpha1_ClusterRegistrationSpec(ref common.Referenc
 							Format:      "",
 						},
 					},
+					"nodePasswordHash": {
+						SchemaProps: spec.SchemaProps{
+							Description: "NodePasswordHash is set by the server: a salted hash of the node password the request presented. A request that waits for approval claims nothing; its grant checks this hash against the node's NodePassword as it is at grant time. Whatever a client sends is replaced.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"verifiedNodePassword": {
+						SchemaProps: spec.SchemaProps{
+							Description: "VerifiedNodePassword is set by the server: the UID of the NodePassword that the request's password matched when it was made, if the node already had one. A grant accepts that NodePassword only if it is still the same object, so a password collected and claimed by another machine since then is refused.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"machineUID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MachineUID is set by the server when a machine renews its certificate: the UID of the Machine whose certificate made the request. The grant renews only that Machine, never a new one of the same name.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"clientID", "clientRandom", "nodeName"},
 			},
@@ -657,6 +678,13 @@ func schema_pkg_apis_muster_v1alpha1_ClusterRegistrationTokenSpec(ref common.Ref
 							Description: "Description says what the token is for.",
 							Type:        []string{"string"},
 							Format:      "",
+						},
+					},
+					"maxUses": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxUses is how many registrations the token may be granted for; a grant past it is refused. 0 means no limit (the per-token join rate still applies).",
+							Type:        []string{"integer"},
+							Format:      "int32",
 						},
 					},
 				},
@@ -1570,6 +1598,13 @@ func schema_pkg_apis_muster_v1alpha1_MachineSpec(ref common.ReferenceCallback) c
 					"driver": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Driver names the provisioning driver of a server-provisioned machine; empty for a custom machine that an agent registered on its own.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"joinToken": {
+						SchemaProps: spec.SchemaProps{
+							Description: "JoinToken reserves a Machine created before its agent joined (by an operator or a machine pool) for the registrations of one join token. Empty: any join token bound to the Machine's cluster may bind an agent to it; a token bound to no cluster or another cluster never may. Immutable.",
 							Type:        []string{"string"},
 							Format:      "",
 						},

@@ -165,6 +165,11 @@ type ClusterRegistrationTokenSpec struct {
 	// Description says what the token is for.
 	// +optional
 	Description string `json:"description,omitempty"`
+	// MaxUses is how many registrations the token may be granted for; a
+	// grant past it is refused. 0 means no limit (the per-token join rate
+	// still applies).
+	// +optional
+	MaxUses int32 `json:"maxUses,omitempty"`
 }
 
 // ClusterRegistrationTokenStatus is the observed state of a join token.
@@ -276,6 +281,24 @@ type ClusterRegistrationSpec struct {
 	// It is never stored, returned or logged.
 	// +optional
 	NodePassword string `json:"nodePassword,omitempty"`
+	// NodePasswordHash is set by the server: a salted hash of the node
+	// password the request presented. A request that waits for approval
+	// claims nothing; its grant checks this hash against the node's
+	// NodePassword as it is at grant time. Whatever a client sends is replaced.
+	// +optional
+	NodePasswordHash string `json:"nodePasswordHash,omitempty"`
+	// VerifiedNodePassword is set by the server: the UID of the NodePassword
+	// that the request's password matched when it was made, if the node
+	// already had one. A grant accepts that NodePassword only if it is still
+	// the same object, so a password collected and claimed by another machine
+	// since then is refused.
+	// +optional
+	VerifiedNodePassword string `json:"verifiedNodePassword,omitempty"`
+	// MachineUID is set by the server when a machine renews its certificate:
+	// the UID of the Machine whose certificate made the request. The grant
+	// renews only that Machine, never a new one of the same name.
+	// +optional
+	MachineUID string `json:"machineUID,omitempty"`
 }
 
 // ClusterRegistrationStatus is the server's answer to a registration request.
@@ -381,6 +404,12 @@ type MachineSpec struct {
 	// empty for a custom machine that an agent registered on its own.
 	// +optional
 	Driver string `json:"driver,omitempty"`
+	// JoinToken reserves a Machine created before its agent joined (by an
+	// operator or a machine pool) for the registrations of one join token.
+	// Empty: any join token bound to the Machine's cluster may bind an agent
+	// to it; a token bound to no cluster or another cluster never may. Immutable.
+	// +optional
+	JoinToken string `json:"joinToken,omitempty"`
 }
 
 // MachineAddressType says what kind of address a MachineAddress is.

@@ -1,4 +1,4 @@
-package registration
+package join
 
 import (
 	"context"
@@ -34,8 +34,13 @@ func TestSweep(t *testing.T) {
 		&api.ClusterRegistrationToken{ObjectMeta: meta("old001"), Status: api.ClusterRegistrationTokenStatus{Phase: api.TokenPhaseRevoked,
 			Transitions: []api.Transition{{From: "Active", To: "Revoked", Event: "revoke", Time: at(time.Hour)}}}},
 		&api.ClusterRegistration{ObjectMeta: meta("stale"), Spec: api.ClusterRegistrationSpec{ClientID: "a"}, Status: api.ClusterRegistrationStatus{Phase: api.RegistrationPhasePending}},
-		&api.ClusterRegistration{ObjectMeta: meta("c-1"), Spec: api.ClusterRegistrationSpec{ClientID: "b"}, Status: api.ClusterRegistrationStatus{Phase: api.RegistrationPhaseGranted}},
-		&api.ClusterRegistration{ObjectMeta: meta("c-2"), Spec: api.ClusterRegistrationSpec{ClientID: "b"}, Status: api.ClusterRegistrationStatus{Phase: api.RegistrationPhaseGranted}},
+		&api.ClusterRegistration{ObjectMeta: meta("c-1"), Spec: api.ClusterRegistrationSpec{ClientID: "b", NodeName: "alive"}, Status: api.ClusterRegistrationStatus{Phase: api.RegistrationPhaseGranted, Machine: "alive"}},
+		&api.ClusterRegistration{ObjectMeta: meta("c-2"), Spec: api.ClusterRegistrationSpec{ClientID: "b", NodeName: "alive"}, Status: api.ClusterRegistrationStatus{Phase: api.RegistrationPhaseGranted, Machine: "alive"}},
+		// The same clientID for another node name: not superseded by c-2.
+		&api.ClusterRegistration{ObjectMeta: meta("c-0"), Spec: api.ClusterRegistrationSpec{ClientID: "b", NodeName: "other"}, Status: api.ClusterRegistrationStatus{Phase: api.RegistrationPhasePending}},
+		&api.ClusterRegistration{ObjectMeta: meta("gone"), Spec: api.ClusterRegistrationSpec{ClientID: "g", NodeName: "machine-gone"}, Status: api.ClusterRegistrationStatus{Phase: api.RegistrationPhaseGranted, Machine: "machine-gone"}},
+		&api.ClusterRegistration{ObjectMeta: meta("denied"), Spec: api.ClusterRegistrationSpec{ClientID: "d"}, Status: api.ClusterRegistrationStatus{Phase: api.RegistrationPhaseDenied,
+			Transitions: []api.Transition{{From: "Pending", To: "Denied", Event: "deny", Time: at(time.Hour)}}}},
 	}
 	client := fake.NewSimpleClientset(objects...)
 	factory := informers.NewSharedInformerFactory(client, 0)
@@ -70,6 +75,12 @@ func TestSweep(t *testing.T) {
 	if _, err := regs.Get(ctx, "c-2", metav1.GetOptions{}); err != nil {
 		t.Error("the newest granted registration was deleted")
 	}
+	if _, err := regs.Get(ctx, "c-0", metav1.GetOptions{}); err != nil {
+		t.Error("a request for another node name was deleted as superseded because it shares a clientID")
+	}
+	if _, err := regs.Get(ctx, "gone", metav1.GetOptions{}); err != nil {
+		t.Error("a granted registration was collected inside the grace period")
+	}
 
 	h.now = func() time.Time { return created.Add(26 * time.Hour) }
 	h.sweep(ctx)
@@ -91,6 +102,12 @@ func TestSweep(t *testing.T) {
 	}
 	if tok, _ := tokens.Get(ctx, "fresh1", metav1.GetOptions{}); tok == nil || tok.Status.Phase != api.TokenPhaseActive {
 		t.Error("an active token without TTL was touched")
+	}
+	if _, err := regs.Get(ctx, "gone", metav1.GetOptions{}); err == nil {
+		t.Error("a granted registration whose Machine is gone was kept")
+	}
+	if _, err := regs.Get(ctx, "denied", metav1.GetOptions{}); err == nil {
+		t.Error("a denied registration outlived its retention")
 	}
 	if r, _ := regs.Get(ctx, "stale", metav1.GetOptions{}); r == nil || r.Status.Phase != api.RegistrationPhaseExpired {
 		t.Errorf("a registration pending for over a day is %v, want Expired", r)

@@ -1,7 +1,8 @@
-package registration
+package join
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -15,50 +16,54 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/pki"
+	"github.com/muster-io/muster/internal/registry"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 	informers "github.com/muster-io/muster/pkg/client/informers/externalversions"
 	listers "github.com/muster-io/muster/pkg/client/listers/muster/v1alpha1"
 )
 
-// DefaultCertificateValidity is how long a granted machine certificate is
-// valid; agents renew at two thirds of it.
-const DefaultCertificateValidity = 365 * 24 * time.Hour
-
 // Controller drives the registrations that were not granted as they were
-// made through their state machine: Pending → Approved (by an operator, for
-// manual-approval tokens) → Granted, through the Granter. For granted
-// registrations it deletes the same agent's older requests.
+// made: a pending request whose token is gone or no longer active is
+// denied; one an operator approved is granted through the Granter — which
+// re-checks everything at grant time — or denied with the Granter's reason.
+// For granted registrations it deletes the same agent's older requests.
 type Controller struct {
-	client        versioned.Interface
+	objects       *registry.Objects
 	granter       *Granter
 	registrations listers.ClusterRegistrationLister
-	byClient      cache.Indexer
+	byNode        cache.Indexer
 	queue         workqueue.TypedRateLimitingInterface[string]
 	synced        []cache.InformerSynced
 }
 
-// byClientID indexes registrations by the agent that made them.
-const byClientID = "spec.clientID"
+// byNodeAndClient indexes registrations by the agent and node name that made
+// them: an agent's retries share both, and nobody else can share both
+// without the node's password.
+const byNodeAndClient = "spec.nodeName+clientID"
+
+func nodeAndClient(r *api.ClusterRegistration) string {
+	return r.Spec.NodeName + "/" + r.Spec.ClientID
+}
 
 // NewController wires the controller to its informers.
-func NewController(client versioned.Interface, factory informers.SharedInformerFactory, granter *Granter) *Controller {
+func (j *Join) NewController(factory informers.SharedInformerFactory) *Controller {
 	regs := factory.Muster().V1alpha1().ClusterRegistrations()
 	indexer := regs.Informer().GetIndexer()
-	if _, ok := indexer.GetIndexers()[byClientID]; !ok {
+	if _, ok := indexer.GetIndexers()[byNodeAndClient]; !ok {
 		// The informer outlives a term of leadership; the index is added once.
-		_ = regs.Informer().AddIndexers(cache.Indexers{byClientID: func(obj interface{}) ([]string, error) {
+		_ = regs.Informer().AddIndexers(cache.Indexers{byNodeAndClient: func(obj interface{}) ([]string, error) {
 			if r, ok := obj.(*api.ClusterRegistration); ok {
-				return []string{r.Spec.ClientID}, nil
+				return []string{nodeAndClient(r)}, nil
 			}
 			return nil, nil
 		}})
 	}
 	c := &Controller{
-		client:        client,
-		granter:       granter,
+		objects:       j.objects,
+		granter:       j.grants,
 		registrations: regs.Lister(),
-		byClient:      indexer,
+		byNode:        indexer,
 		queue:         workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		synced:        []cache.InformerSynced{regs.Informer().HasSynced},
 	}
@@ -97,7 +102,7 @@ func (c *Controller) next(ctx context.Context) bool {
 	}
 	defer c.queue.Done(key)
 	if err := c.sync(ctx, key); err != nil {
-		klog.ErrorS(err, "Registration not granted yet; will retry", "registration", key)
+		klog.ErrorS(err, "Registration not decided yet; will retry", "registration", key)
 		c.queue.AddRateLimited(key)
 		return true
 	}
@@ -115,38 +120,45 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 	switch reg.Status.Phase {
 	case api.RegistrationPhasePending, "":
-		if reg.Spec.TokenID != "" {
-			if _, err := c.granter.token(ctx, reg.Spec.TokenID); apierrors.IsNotFound(err) {
-				return c.setPhase(ctx, reg, api.RegistrationPhaseDenied, "TokenNotFound",
-					fmt.Sprintf("join token %s no longer exists: create a new one with 'muster-server token create'", reg.Spec.TokenID))
+		// A waiting request whose token is gone or spent can never be
+		// granted: deny it now, saying why, rather than at approval.
+		if reg.Spec.TokenID == "" {
+			return nil
+		}
+		if _, err := c.granter.checkToken(ctx, reg); err != nil {
+			var refusal *Refusal
+			if errors.As(err, &refusal) {
+				return c.deny(ctx, reg.Name, refusal)
 			}
+			return err
 		}
-		auto, err := c.granter.AutoApproved(ctx, reg)
-		if err != nil || !auto {
-			return err // a manual one waits for 'muster-server registration approve'
-		}
-		return c.setPhase(ctx, reg, api.RegistrationPhaseApproved, "AutoApproved", "the join token does not require manual approval")
 	case api.RegistrationPhaseApproved:
-		return c.grant(ctx, reg)
+		return c.grant(ctx, reg.Name)
 	case api.RegistrationPhaseGranted:
 		c.cleanupSuperseded(ctx, reg)
 	}
 	return nil
 }
 
-// setPhase writes one transition through the status subresource; the
-// server checks it against the state machine and records it.
-func (c *Controller) setPhase(ctx context.Context, reg *api.ClusterRegistration, phase api.RegistrationPhase, reason, message string) error {
-	reg = reg.DeepCopy()
-	reg.Status.Phase, reg.Status.Reason, reg.Status.Message = phase, reason, message
-	_, err := c.client.MusterV1alpha1().ClusterRegistrations().UpdateStatus(ctx, reg, metav1.UpdateOptions{})
+// deny records a refusal on a registration that waits.
+func (c *Controller) deny(ctx context.Context, name string, refusal *Refusal) error {
+	_, err := c.objects.UpdateRegistrationStatus(ctx, name, func(r *api.ClusterRegistration) bool {
+		if r.Status.Phase != api.RegistrationPhasePending && r.Status.Phase != api.RegistrationPhaseApproved {
+			return false
+		}
+		r.Status.Phase, r.Status.Reason, r.Status.Message = api.RegistrationPhaseDenied, refusal.Reason, refusal.Message
+		return true
+	})
+	if err == nil {
+		klog.InfoS("Registration denied", "registration", name, "reason", refusal.Reason)
+	}
 	return err
 }
 
-func (c *Controller) grant(ctx context.Context, cached *api.ClusterRegistration) error {
+func (c *Controller) grant(ctx context.Context, name string) error {
 	// The server's caches keep no CSRs (they would be kept for every
 	// agent that ever joined); the one to sign is read from the datastore.
-	reg, err := c.client.MusterV1alpha1().ClusterRegistrations().Get(ctx, cached.Name, metav1.GetOptions{})
+	reg, err := c.objects.Registration(ctx, name, true)
 	if err != nil {
 		return err
 	}
@@ -155,33 +167,40 @@ func (c *Controller) grant(ctx context.Context, cached *api.ClusterRegistration)
 	}
 	csr, err := pki.ParseCSR(reg.Spec.CSR)
 	if err != nil {
-		return c.setPhase(ctx, reg, api.RegistrationPhaseDenied, "InvalidCSR", fmt.Sprintf("the certificate request is unusable: %v", err))
+		return c.deny(ctx, name, refuse(0, "InvalidCSR", "the certificate request is unusable: %v", err))
 	}
-	cluster, machine, cert, err := c.granter.Grant(ctx, reg, csr)
+	got, err := c.granter.Grant(ctx, reg, csr, "", false)
+	var refusal *Refusal
+	if errors.As(err, &refusal) {
+		return c.deny(ctx, name, refusal)
+	}
 	if err != nil {
 		return err
 	}
-	granted := reg.DeepCopy()
-	granted.Status.Phase, granted.Status.Reason, granted.Status.Message = api.RegistrationPhaseGranted, "Granted", ""
-	granted.Status.Cluster, granted.Status.Machine, granted.Status.Certificate = cluster, machine, cert
-	if _, err := c.client.MusterV1alpha1().ClusterRegistrations().UpdateStatus(ctx, granted, metav1.UpdateOptions{}); err != nil {
-		return err
+	_, err = c.objects.UpdateRegistrationStatus(ctx, name, func(r *api.ClusterRegistration) bool {
+		if r.Status.Phase != api.RegistrationPhaseApproved {
+			return false
+		}
+		r.Status.Phase, r.Status.Reason, r.Status.Message = api.RegistrationPhaseGranted, "Granted", ""
+		r.Status.Cluster, r.Status.Machine, r.Status.Certificate = got.cluster, got.machine, got.certificate
+		return true
+	})
+	if err == nil {
+		klog.InfoS("Registration granted", "registration", name, "machine", got.machine, "cluster", got.cluster)
 	}
-	klog.InfoS("Registration granted", "registration", reg.Name, "machine", machine, "cluster", cluster)
-	if err := c.granter.store.BindPassword(ctx, machine); err != nil {
-		klog.ErrorS(err, "Binding the node password to its machine", "machine", machine)
-	}
-	return nil
+	return err
 }
 
-// cleanupSuperseded deletes the requests of granted's agent that are older
-// than its newest granted one, so retries never pile up (Fleet's
-// orphaned-registration bug). "Older" is one total order (creation time,
-// then name), and every pass deletes against the newest granted request it
-// sees, not against the one it was woken for: requests granted at once and
-// seen in any order still leave exactly the newest.
+// cleanupSuperseded deletes the requests of granted's agent for the same
+// node that are older than its newest granted one, so retries never pile
+// up (Fleet's orphaned-registration bug). "Older" is one total order
+// (creation time, then name), and every pass deletes against the newest
+// granted request it sees, not against the one it was woken for: requests
+// granted at once and seen in any order still leave exactly the newest.
+// Only requests with the same node name and clientID count: a clientID
+// copied by another agent reaches no one else's requests.
 func (c *Controller) cleanupSuperseded(ctx context.Context, granted *api.ClusterRegistration) {
-	same, err := c.byClient.ByIndex(byClientID, granted.Spec.ClientID)
+	same, err := c.byNode.ByIndex(byNodeAndClient, nodeAndClient(granted))
 	if err != nil {
 		return
 	}
@@ -196,8 +215,7 @@ func (c *Controller) cleanupSuperseded(ctx context.Context, granted *api.Cluster
 		if !olderThan(r, newest) {
 			continue
 		}
-		err := c.client.MusterV1alpha1().ClusterRegistrations().Delete(ctx, r.Name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
+		if err := c.objects.DeleteRegistration(ctx, r.Name); err != nil && !apierrors.IsNotFound(err) {
 			klog.ErrorS(err, "Deleting a superseded registration", "registration", r.Name)
 		}
 	}

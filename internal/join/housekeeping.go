@@ -1,4 +1,4 @@
-package registration
+package join
 
 import (
 	"context"
@@ -27,12 +27,19 @@ const (
 	// ExpiredTokenRetention keeps expired and revoked tokens visible for a
 	// while before they are deleted.
 	ExpiredTokenRetention = 24 * time.Hour
+	// DecidedRegistrationRetention keeps denied and expired registrations
+	// visible (with the reason) for a while before they are deleted, and
+	// is how long a granted registration whose Machine is gone is kept.
+	DecidedRegistrationRetention = 24 * time.Hour
 	housekeepingPeriod    = 30 * time.Second
 )
 
-// Housekeeper deletes what registration leaves behind: the NodePassword of a
+// Housekeeper deletes what joining leaves behind: the NodePassword of a
 // deleted Machine (so the node can rejoin), NodePasswords whose Machine never
-// appeared, expired tokens, and registrations that waited too long.
+// appeared, expired tokens, registrations that waited too long, superseded
+// ones, and decided ones past their retention. It is the one place each of
+// these is cleaned up (the controller only deletes an agent's superseded
+// requests as it grants the newest).
 type Housekeeper struct {
 	client        versioned.Interface
 	machines      listers.MachineLister
@@ -44,6 +51,11 @@ type Housekeeper struct {
 }
 
 // NewHousekeeper wires the housekeeper to its informers.
+func (j *Join) NewHousekeeper(client versioned.Interface, factory informers.SharedInformerFactory) *Housekeeper {
+	return NewHousekeeper(client, factory)
+}
+
+// NewHousekeeper wires a housekeeper to its informers.
 func NewHousekeeper(client versioned.Interface, factory informers.SharedInformerFactory) *Housekeeper {
 	v := factory.Muster().V1alpha1()
 	h := &Housekeeper{
@@ -107,17 +119,32 @@ func (h *Housekeeper) sweep(ctx context.Context) {
 		}
 	}
 	regs, _ := h.registrations.List(labels.Everything())
-	// Requests superseded by a newer granted one of the same agent: the
-	// grant deletes them, this catches any a grant's cache had not seen.
+	// Requests superseded by a newer granted one of the same agent for the
+	// same node: the controller deletes them, this catches any its cache
+	// had not seen.
 	newest := map[string]*api.ClusterRegistration{}
 	for _, r := range regs {
-		if n := newest[r.Spec.ClientID]; r.Status.Phase == api.RegistrationPhaseGranted && (n == nil || olderThan(n, r)) {
-			newest[r.Spec.ClientID] = r
+		if n := newest[nodeAndClient(r)]; r.Status.Phase == api.RegistrationPhaseGranted && (n == nil || olderThan(n, r)) {
+			newest[nodeAndClient(r)] = r
 		}
 	}
+	deleteReg := h.client.MusterV1alpha1().ClusterRegistrations().Delete
 	for _, r := range regs {
-		if n := newest[r.Spec.ClientID]; n != nil && olderThan(r, n) {
-			h.delete(ctx, "registration", r.Name, h.client.MusterV1alpha1().ClusterRegistrations().Delete)
+		if n := newest[nodeAndClient(r)]; n != nil && olderThan(r, n) {
+			h.delete(ctx, "registration", r.Name, deleteReg)
+			continue
+		}
+		decided := r.Status.Phase == api.RegistrationPhaseDenied || r.Status.Phase == api.RegistrationPhaseExpired
+		if decided && lastTransition(r.Status.Transitions).Add(DecidedRegistrationRetention).Before(now) {
+			h.delete(ctx, "registration", r.Name, deleteReg)
+			continue
+		}
+		// A granted request outlives its Machine only for a while: it
+		// holds a certificate nobody can use any more.
+		if r.Status.Phase == api.RegistrationPhaseGranted && now.Sub(r.CreationTimestamp.Time) > OrphanNodePasswordGrace {
+			if _, err := h.machines.Get(r.Status.Machine); apierrors.IsNotFound(err) {
+				h.delete(ctx, "registration", r.Name, deleteReg)
+			}
 		}
 	}
 	for _, r := range regs {

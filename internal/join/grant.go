@@ -1,0 +1,491 @@
+package join
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/muster-io/muster/internal/identity"
+	"github.com/muster-io/muster/internal/nodepassword"
+	"github.com/muster-io/muster/internal/pki"
+	"github.com/muster-io/muster/internal/registry"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
+
+// DefaultCertificateValidity is how long a granted machine certificate is
+// valid; agents renew at two thirds of it.
+const DefaultCertificateValidity = 365 * 24 * time.Hour
+
+// Refusal is a grant the server will not make, with the reason recorded on
+// the registration (approval path) or answered to the agent (in-request
+// path). It is final for that registration: retrying the same request gets
+// the same answer.
+type Refusal struct {
+	// Reason is a short CamelCase reason, recorded in status.reason.
+	Reason string
+	// Message says what happened and what the operator or agent can do.
+	Message string
+	// Code is the HTTP status an agent is answered with.
+	Code int
+}
+
+func (r *Refusal) Error() string { return r.Message }
+
+// apiError is the answer an agent gets for a refusal in its request.
+func (r *Refusal) apiError(name string) error {
+	gr := api.Resource("clusterregistrations")
+	switch r.Code {
+	case http.StatusConflict:
+		return apierrors.NewConflict(gr, name, r)
+	case http.StatusTooManyRequests:
+		return apierrors.NewTooManyRequests(r.Message, 10)
+	default:
+		return apierrors.NewForbidden(gr, name, r)
+	}
+}
+
+func refuse(code int, reason, format string, args ...interface{}) *Refusal {
+	return &Refusal{Reason: reason, Message: fmt.Sprintf(format, args...), Code: code}
+}
+
+// Granter is the one grant path. Every route to a certificate — a join
+// token that needs no approval (in the request), an operator's approval
+// (the controller), a machine renewing its certificate — calls Grant, and
+// Grant decides everything at grant time from the registration and the
+// objects as they are then: the token (still there, active, uses left), its
+// cluster (still there, not being deleted), the node password (the same
+// NodePassword the request matched, or none yet), the Machine (free for this
+// token, or this agent's own), and the agent's clientID (not another
+// machine's). Nothing is written until every check has passed.
+type Granter struct {
+	objects  *registry.Objects
+	ca       *pki.CA
+	validity time.Duration
+
+	// uses counts grants per join token not yet written to its status: a
+	// fleet joining with one token would otherwise serialize on
+	// conflicting writes to that one object. Tokens with maxUses are
+	// counted synchronously instead (Objects.UseToken).
+	usesMu sync.Mutex
+	uses   map[string]int
+
+	// byClient indexes the Machines in this server's informer cache by
+	// clientID, once the cache has synced (SetMachineInformer).
+	byClient atomic.Pointer[cache.Indexer]
+}
+
+// machinesByClientID indexes Machines by the clientID of the agent that registered them.
+const machinesByClientID = "spec.clientID"
+
+// SetMachineInformer lets the clientID check read an index of the Machine
+// cache instead of listing every Machine per grant. Call it before the
+// informer starts; the index is used once the informer has synced.
+func (g *Granter) SetMachineInformer(ctx context.Context, inf cache.SharedIndexInformer) error {
+	if _, ok := inf.GetIndexer().GetIndexers()[machinesByClientID]; !ok {
+		err := inf.AddIndexers(cache.Indexers{machinesByClientID: func(obj interface{}) ([]string, error) {
+			if m, ok := obj.(*api.Machine); ok && m.Spec.ClientID != "" {
+				return []string{m.Spec.ClientID}, nil
+			}
+			return nil, nil
+		}})
+		if err != nil {
+			return err
+		}
+	}
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			idx := inf.GetIndexer()
+			g.byClient.Store(&idx)
+		}
+	}()
+	return nil
+}
+
+// machinesOfClient names the Machines registered by the agent with clientID.
+func (g *Granter) machinesOfClient(ctx context.Context, clientID string) ([]string, error) {
+	var names []string
+	if idx := g.byClient.Load(); idx != nil {
+		objs, err := (*idx).ByIndex(machinesByClientID, clientID)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range objs {
+			names = append(names, o.(*api.Machine).Name)
+		}
+		return names, nil
+	}
+	ms, err := g.objects.MachinesOfClient(ctx, clientID)
+	for _, m := range ms {
+		names = append(names, m.Name)
+	}
+	return names, err
+}
+
+// NewGranter returns a Granter that signs with ca for validity.
+func NewGranter(objects *registry.Objects, ca *pki.CA, validity time.Duration) *Granter {
+	return &Granter{objects: objects, ca: ca, validity: validity, uses: map[string]int{}}
+}
+
+// grant is what a Grant decided and made.
+type grant struct {
+	cluster, machine string
+	certificate      []byte
+}
+
+// Grant re-checks reg at grant time and, unless dryRun, makes what it
+// needs (NodePassword, Cluster, Machine, MachinePlan) and signs csr, the
+// request's CSR (its self-signature checked). plaintext is the node
+// password while the agent's request is being served, "" later (it is
+// never stored). A *Refusal says why not; any other error is transient and
+// the caller retries.
+func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration, csr *x509.CertificateRequest, plaintext string, dryRun bool) (*grant, error) {
+	tok, err := g.checkToken(ctx, reg)
+	if err != nil {
+		return nil, err
+	}
+	password, err := g.checkPassword(ctx, reg, plaintext)
+	if err != nil {
+		return nil, err
+	}
+	m, err := g.checkMachine(ctx, reg, tok, password)
+	if err != nil {
+		return nil, err
+	}
+	cluster := ""
+	switch {
+	case m != nil:
+		cluster = m.Spec.Cluster
+	case tok != nil && tok.Spec.Cluster != "":
+		cluster = tok.Spec.Cluster
+	default:
+		cluster = ownCluster(reg.Spec.ClientID)
+	}
+	if dryRun {
+		return &grant{cluster: cluster, machine: reg.Spec.NodeName}, nil
+	}
+
+	if tok != nil && tok.Spec.MaxUses > 0 {
+		ok, err := g.objects.UseToken(ctx, tok.Name, tok.Spec.MaxUses)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, usedUp(tok)
+		}
+	}
+	if password == nil {
+		if err := g.claimPassword(ctx, reg, plaintext); err != nil {
+			return nil, err
+		}
+	} else if password.Status.Machine == "" {
+		if err := g.objects.BindPassword(ctx, reg.Spec.NodeName); err != nil {
+			return nil, err
+		}
+	}
+	if m == nil {
+		if m, err = g.registerMachine(ctx, reg, cluster); err != nil {
+			return nil, err
+		}
+	} else if m.Status.Phase == api.MachinePhasePending || m.Status.Phase == api.MachinePhaseProvisioning {
+		// Created by an operator or a driver, waiting for its agent.
+		if m, err = g.objects.MarkRegistering(ctx, m.Name); err != nil {
+			return nil, err
+		}
+	}
+	// An empty plan: applying it is how the agent shows it is
+	// bootstrapped. Operators replace it with real work.
+	if err := g.objects.EnsurePlan(ctx, &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: m.Name}}); err != nil {
+		return nil, err
+	}
+	cn, groups := identity.MachineSubject(m.Name, string(m.UID))
+	cert, err := g.ca.SignCSR(csr, cn, groups, g.validity)
+	if err != nil {
+		return nil, refuse(http.StatusBadRequest, "InvalidCSR", "the certificate request was refused: %v", err)
+	}
+	if tok != nil && tok.Spec.MaxUses == 0 {
+		g.countUse(tok.Name)
+	}
+	return &grant{cluster: m.Spec.Cluster, machine: m.Name, certificate: cert}, nil
+}
+
+// checkToken re-reads the registration's join token: it must still exist,
+// be active, have uses left, and its cluster must still exist and not be
+// going away. A registration made without a token (a renewal, or an
+// administrator's) has none to check.
+func (g *Granter) checkToken(ctx context.Context, reg *api.ClusterRegistration) (*api.ClusterRegistrationToken, error) {
+	if reg.Spec.TokenID == "" {
+		return nil, nil
+	}
+	tok, err := g.token(ctx, reg.Spec.TokenID)
+	if apierrors.IsNotFound(err) {
+		return nil, refuse(http.StatusForbidden, "TokenNotFound",
+			"join token %s no longer exists: create a new one with 'muster-server token create'", reg.Spec.TokenID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if why := Inactive(tok, time.Now()); why != "" {
+		return nil, refuse(http.StatusForbidden, "TokenInactive", "%s: create a new one with 'muster-server token create'", why)
+	}
+	if tok.Spec.MaxUses > 0 && tok.Status.Registrations >= tok.Spec.MaxUses {
+		return nil, usedUp(tok)
+	}
+	if tok.Spec.Cluster != "" {
+		cl, err := g.objects.Cluster(ctx, tok.Spec.Cluster, false)
+		if apierrors.IsNotFound(err) {
+			cl, err = g.objects.Cluster(ctx, tok.Spec.Cluster, true)
+		}
+		if apierrors.IsNotFound(err) {
+			return nil, refuse(http.StatusForbidden, "ClusterNotFound",
+				"join token %s is bound to cluster %s, which does not exist: create the cluster (kubectl apply) or use another token", tok.Name, tok.Spec.Cluster)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if cl.DeletionTimestamp != nil || cl.Status.Phase == api.ClusterPhaseDeleting {
+			return nil, refuse(http.StatusForbidden, "ClusterDeleting",
+				"join token %s is bound to cluster %s, which is being deleted: use a token of another cluster", tok.Name, tok.Spec.Cluster)
+		}
+	}
+	return tok, nil
+}
+
+func usedUp(tok *api.ClusterRegistrationToken) *Refusal {
+	return refuse(http.StatusForbidden, "TokenUsedUp",
+		"join token %s has been used for all of its %d registrations: create a new one with 'muster-server token create'", tok.Name, tok.Spec.MaxUses)
+}
+
+// Inactive says why a token may not be used, or "" when it may.
+func Inactive(t *api.ClusterRegistrationToken, now time.Time) string {
+	switch {
+	case t.Status.Phase == api.TokenPhaseRevoked:
+		return fmt.Sprintf("join token %s was revoked", t.Name)
+	case t.Status.Phase == api.TokenPhaseExpired:
+		return fmt.Sprintf("join token %s has expired", t.Name)
+	case t.Status.ExpiresAt != nil && !now.Before(t.Status.ExpiresAt.Time):
+		return fmt.Sprintf("join token %s expired at %s", t.Name, t.Status.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return ""
+}
+
+// checkPassword compares the request's password, as the create recorded it,
+// with the node's NodePassword now. It returns that NodePassword, or nil
+// when the node has none and the grant is to claim the name.
+func (g *Granter) checkPassword(ctx context.Context, reg *api.ClusterRegistration, plaintext string) (*api.NodePassword, error) {
+	np, err := g.objects.Password(ctx, reg.Spec.NodeName, true)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	// The NodePassword the request matched when it was made, or the one a
+	// previous attempt of this grant made from the request's own hash.
+	if string(np.UID) == reg.Spec.VerifiedNodePassword || (reg.Spec.NodePasswordHash != "" && np.Spec.Hash == reg.Spec.NodePasswordHash) {
+		return np, nil
+	}
+	// Made a moment ago by a concurrent request of the same agent.
+	if plaintext != "" {
+		if ok, err := nodepassword.Verify(np.Spec.Hash, plaintext); err == nil && ok {
+			return np, nil
+		}
+	}
+	return nil, refuse(http.StatusForbidden, "NodePasswordChanged",
+		"node name %q has been registered with another node password since this request was made: "+
+			"the name belongs to another machine now; if this machine replaces it, delete it with 'kubectl delete machine %s' and restart the agent with a new token, "+
+			"or run the agent with --with-node-id", reg.Spec.NodeName, reg.Spec.NodeName)
+}
+
+// claimPassword stores the request's password hash as the node's
+// NodePassword, bound to its Machine. Two grants claiming one new name at
+// once: the one whose create loses reads the winner's and is refused unless
+// it is its own.
+func (g *Granter) claimPassword(ctx context.Context, reg *api.ClusterRegistration, plaintext string) error {
+	if reg.Spec.NodePasswordHash == "" {
+		return refuse(http.StatusForbidden, "NoNodePassword", "the registration carries no node password: register again with the agent")
+	}
+	now := metav1.Now()
+	_, err := g.objects.CreatePassword(ctx, &api.NodePassword{
+		ObjectMeta: metav1.ObjectMeta{Name: reg.Spec.NodeName},
+		Spec:       api.NodePasswordSpec{Hash: reg.Spec.NodePasswordHash},
+		Status:     api.NodePasswordStatus{Machine: reg.Spec.NodeName, LastVerified: &now},
+	})
+	if apierrors.IsAlreadyExists(err) {
+		_, err = g.checkPassword(ctx, reg, plaintext)
+	}
+	return err
+}
+
+// checkMachine decides which Machine the grant binds to: the node's own
+// (its NodePassword matched), one an operator or a pool made for this token
+// or cluster, or none yet (nil: the grant creates it).
+func (g *Granter) checkMachine(ctx context.Context, reg *api.ClusterRegistration, tok *api.ClusterRegistrationToken, password *api.NodePassword) (*api.Machine, error) {
+	name := reg.Spec.NodeName
+	m, err := g.objects.Machine(ctx, name, false)
+	if apierrors.IsNotFound(err) {
+		m, err = g.objects.Machine(ctx, name, true)
+	}
+	if apierrors.IsNotFound(err) {
+		return nil, g.checkNewMachine(ctx, reg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if m.DeletionTimestamp != nil {
+		return nil, refuse(http.StatusConflict, "MachineBeingDeleted", "machine %s is being deleted; register again once it is gone", name)
+	}
+	if reg.Spec.MachineUID != "" {
+		// A renewal renews the Machine whose certificate asked, no other.
+		if string(m.UID) != reg.Spec.MachineUID {
+			return nil, machineGone(name)
+		}
+		if m.Spec.ClientID != "" && m.Spec.ClientID != reg.Spec.ClientID {
+			return nil, refuse(http.StatusForbidden, "ClientIDMismatch",
+				"machine %s registered with another clientID: renew with the agent's own data dir", name)
+		}
+		return m, nil
+	}
+	waiting := m.Status.Phase == api.MachinePhasePending || m.Status.Phase == api.MachinePhaseProvisioning
+	if !waiting {
+		// A machine that has registered is its node's: the NodePassword
+		// checked above is bound to it. Without one nothing proves it.
+		if password == nil {
+			return nil, refuse(http.StatusForbidden, "MachineHasNoPassword",
+				"machine %s exists but has no node password to prove who it is: delete it with 'kubectl delete machine %s' to register it again", name, name)
+		}
+		if tok != nil && tok.Spec.Cluster != "" && tok.Spec.Cluster != m.Spec.Cluster {
+			return nil, refuse(http.StatusForbidden, "ClusterMismatch",
+				"machine %s belongs to cluster %s, but join token %s joins cluster %s: join with a token of cluster %s, or delete the machine to move it",
+				name, m.Spec.Cluster, tok.Name, tok.Spec.Cluster, m.Spec.Cluster)
+		}
+		return m, nil
+	}
+	// Made in advance for an agent to come: only a token meant for it.
+	if m.Spec.JoinToken != "" && m.Spec.JoinToken != reg.Spec.TokenID {
+		return nil, refuse(http.StatusForbidden, "MachineReserved",
+			"machine %s is reserved for the agent joining with join token %s: join with that token, or use another node name (--node-name, --with-node-id)", name, m.Spec.JoinToken)
+	}
+	if m.Spec.JoinToken == "" && (tok == nil || tok.Spec.Cluster != m.Spec.Cluster) {
+		return nil, refuse(http.StatusForbidden, "MachineReserved",
+			"machine %s was created in cluster %s before its agent joined: join with a token bound to cluster %s ('muster-server token create --cluster %s'), or use another node name",
+			name, m.Spec.Cluster, m.Spec.Cluster, m.Spec.Cluster)
+	}
+	return m, nil
+}
+
+// checkNewMachine checks that a Machine may be created for reg: a renewal
+// never creates one, a MachinePlan staged for a machine of that name is not
+// handed to whoever joins first, and an agent's clientID is its own.
+func (g *Granter) checkNewMachine(ctx context.Context, reg *api.ClusterRegistration) error {
+	name := reg.Spec.NodeName
+	if reg.Spec.MachineUID != "" {
+		return machineGone(name)
+	}
+	if _, err := g.objects.Plan(ctx, name, true); err == nil {
+		return refuse(http.StatusForbidden, "PlanWithoutMachine",
+			"a MachinePlan %s exists without a Machine: to stage work for a machine, create its Machine in a cluster too "+
+				"(then join with a token of that cluster), or delete the plan with 'kubectl delete machineplan %s'", name, name)
+	} else if !apierrors.IsNotFound(err) {
+		return err
+	}
+	others, err := g.machinesOfClient(ctx, reg.Spec.ClientID)
+	if err != nil {
+		return err
+	}
+	for _, o := range others {
+		if o != name {
+			return refuse(http.StatusForbidden, "ClientIDInUse",
+				"clientID %s already belongs to machine %s: every agent needs its own data dir (never copy one between machines); "+
+					"to rename a machine, delete it with 'kubectl delete machine %s' first", reg.Spec.ClientID, o, o)
+		}
+	}
+	return nil
+}
+
+func machineGone(name string) *Refusal {
+	return refuse(http.StatusForbidden, "MachineGone",
+		"machine %s no longer exists: its certificate is void; register again with a new join token", name)
+}
+
+// registerMachine creates the Machine of a node joining for the first time,
+// in cluster (made first when it is the agent's own).
+func (g *Granter) registerMachine(ctx context.Context, reg *api.ClusterRegistration, cluster string) (*api.Machine, error) {
+	if cluster == ownCluster(reg.Spec.ClientID) {
+		if err := g.objects.EnsureCluster(ctx, &api.Cluster{ObjectMeta: metav1.ObjectMeta{Name: cluster}, Spec: api.ClusterSpec{ClientID: reg.Spec.ClientID}}); err != nil {
+			return nil, err
+		}
+	}
+	m, err := g.objects.RegisterMachine(ctx, &api.Machine{
+		ObjectMeta: metav1.ObjectMeta{Name: reg.Spec.NodeName, Labels: reg.Spec.Labels},
+		Spec:       api.MachineSpec{Cluster: cluster, NodeName: reg.Spec.NodeName, Roles: reg.Spec.Roles, ClientID: reg.Spec.ClientID},
+		// What the agent would report when it checks in.
+		Status: api.MachineStatus{AgentVersion: reg.Spec.AgentVersion, Addresses: reg.Spec.Addresses},
+	})
+	if apierrors.IsAlreadyExists(err) {
+		// Another grant of this node made it a moment ago; the password
+		// it claimed is the one checked, so the Machine is this node's.
+		m, err = g.objects.Machine(ctx, reg.Spec.NodeName, true)
+	}
+	return m, err
+}
+
+// ownCluster names the cluster of an agent that joined with a token bound
+// to no cluster, from a hash of its clientID.
+func ownCluster(clientID string) string {
+	sum := sha256.Sum256([]byte(clientID))
+	return "c-" + hex.EncodeToString(sum[:])[:12]
+}
+
+// token reads a join token; one created a moment ago may not be in this
+// server's cache yet, so a miss is read again from the datastore.
+func (g *Granter) token(ctx context.Context, name string) (*api.ClusterRegistrationToken, error) {
+	tok, err := g.objects.Token(ctx, name, false)
+	if apierrors.IsNotFound(err) {
+		tok, err = g.objects.Token(ctx, name, true)
+	}
+	return tok, err
+}
+
+func (g *Granter) countUse(tokenID string) {
+	g.usesMu.Lock()
+	g.uses[tokenID]++
+	g.usesMu.Unlock()
+}
+
+// usesFlushInterval is how stale a token's registration count may be.
+const usesFlushInterval = time.Second
+
+// Run writes the counted token uses every second until ctx ends, then
+// once more.
+func (g *Granter) Run(ctx context.Context) {
+	wait.UntilWithContext(ctx, g.flushUses, usesFlushInterval)
+	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	g.flushUses(fctx)
+}
+
+// flushUses adds the grants counted since the last flush to each token's
+// status, one write per token however many agents joined with it.
+func (g *Granter) flushUses(ctx context.Context) {
+	g.usesMu.Lock()
+	pending := g.uses
+	g.uses = map[string]int{}
+	g.usesMu.Unlock()
+	for id, n := range pending {
+		if err := g.objects.CountTokenUses(ctx, id, n); err != nil && !apierrors.IsNotFound(err) {
+			klog.ErrorS(err, "Recording a join token's use", "token", id)
+		}
+	}
+}

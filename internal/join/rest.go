@@ -1,0 +1,162 @@
+package join
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/muster-io/muster/internal/fsm"
+	"github.com/muster-io/muster/internal/identity"
+	"github.com/muster-io/muster/internal/nodepassword"
+	"github.com/muster-io/muster/internal/pki"
+	"github.com/muster-io/muster/internal/registry"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
+
+// registrationREST is the clusterregistrations resource: the registry's
+// generic store, with a create that is the front door of the join. It
+// checks who is registering and with which node password, records what a
+// later grant must re-check, and grants at once what needs no approval —
+// through the same Granter the approval controller uses.
+type registrationREST struct {
+	*registry.REST
+	join *Join
+}
+
+// Create implements rest.Creater.
+func (r *registrationREST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	reg, ok := obj.(*api.ClusterRegistration)
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("not a ClusterRegistration: %T", obj))
+	}
+	dryRun := slices.Contains(options.DryRun, metav1.DryRunAll)
+	password := reg.Spec.NodePassword
+	if err := r.prepare(ctx, reg); err != nil {
+		return nil, err
+	}
+	if err := nodepassword.Validate(password); err != nil {
+		return nil, invalid(reg.Name, field.Invalid(field.NewPath("spec", "nodePassword"), "<redacted>", err.Error()))
+	}
+	// Everything a grant relies on is checked before anything is written.
+	if errs := registry.ClusterRegistration.Validate(reg); len(errs) > 0 {
+		return nil, invalid(reg.Name, errs...)
+	}
+	csr, err := pki.ParseCSR(reg.Spec.CSR)
+	if err != nil {
+		return nil, invalid(reg.Name, field.Invalid(field.NewPath("spec", "csr"), "<csr>", err.Error()))
+	}
+	if err := r.join.checkRate(reg); err != nil {
+		return nil, err
+	}
+	if err := r.recordPassword(ctx, reg, password); err != nil {
+		return nil, err
+	}
+	auto, err := r.join.autoApproved(ctx, reg)
+	if err != nil {
+		return nil, err
+	}
+	if auto {
+		got, err := r.join.grants.Grant(ctx, reg, csr, password, dryRun)
+		var refusal *Refusal
+		if errors.As(err, &refusal) {
+			klog.InfoS("Registration refused", "registration", reg.Name, "node", reg.Spec.NodeName, "token", reg.Spec.TokenID, "reason", refusal.Reason)
+			return nil, refusal.apiError(reg.Name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := registry.StartAt(fsm.Registration, reg, "AutoApproved", "approve", "grant"); err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		reg.Status.Transitions[1].Reason = "Granted"
+		reg.Status.Reason, reg.Status.Cluster, reg.Status.Machine, reg.Status.Certificate = "Granted", got.cluster, got.machine, got.certificate
+		if dryRun {
+			reg.Status.Message = "dry run: the registration would be granted; nothing was created or signed"
+		}
+		ctx = registry.AsServer(ctx)
+	}
+	out, err := r.REST.Create(ctx, reg, createValidation, options)
+	if err == nil && !dryRun && !auto {
+		klog.InfoS("Registration waits for approval", "registration", reg.Name, "node", reg.Spec.NodeName, "token", reg.Spec.TokenID)
+	}
+	return out, err
+}
+
+// prepare sets what the server owns in a new registration, whatever the
+// client sent: the token or machine that made it (from the credential),
+// no status (finding: a client's status must never reach an operator's
+// screen), and none of the metadata the server manages.
+func (r *registrationREST) prepare(ctx context.Context, reg *api.ClusterRegistration) error {
+	reg.Spec.NodePassword = ""
+	reg.Spec.TokenID, reg.Spec.MachineUID = "", ""
+	reg.Spec.NodePasswordHash, reg.Spec.VerifiedNodePassword = "", ""
+	reg.Status = api.ClusterRegistrationStatus{}
+	reg.Finalizers, reg.OwnerReferences = nil, nil
+	u, _ := request.UserFrom(ctx)
+	if tokenID, ok := identity.TokenID(u); ok {
+		reg.Spec.TokenID = tokenID
+	}
+	if machine, uid, ok := identity.Machine(u); ok {
+		// A machine renewing its certificate asks only for itself.
+		if reg.Spec.NodeName != machine {
+			return apierrors.NewForbidden(api.Resource("clusterregistrations"), reg.Name,
+				fmt.Errorf("machine %s may renew only its own certificate, not node %q's", machine, reg.Spec.NodeName))
+		}
+		reg.Spec.MachineUID = uid
+	}
+	if want := api.RegistrationName(reg.Spec.ClientID, reg.Spec.ClientRandom); reg.Name != want {
+		return invalid(reg.Name, field.Invalid(field.NewPath("metadata", "name"), reg.Name,
+			fmt.Sprintf("must be %q, derived from spec.clientID and spec.clientRandom", want)))
+	}
+	return nil
+}
+
+// recordPassword checks the password against the node's NodePassword when
+// it has one (a wrong one is refused at once, before anything is stored),
+// and records on the request what its grant will compare: the UID of the
+// NodePassword it matched, and a salted hash of the password. Nothing is
+// stored for the node name here: a request that waits for approval claims
+// no name (the grant does).
+func (r *registrationREST) recordPassword(ctx context.Context, reg *api.ClusterRegistration, password string) error {
+	hash, err := nodepassword.Hash(password)
+	if err != nil {
+		return apierrors.NewInternalError(err)
+	}
+	reg.Spec.NodePasswordHash = hash
+	np, err := r.join.objects.Password(ctx, reg.Spec.NodeName, false)
+	if apierrors.IsNotFound(err) {
+		np, err = r.join.objects.Password(ctx, reg.Spec.NodeName, true)
+	}
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ok, verr := nodepassword.Verify(np.Spec.Hash, password)
+	if verr != nil {
+		return apierrors.NewInternalError(fmt.Errorf("stored hash of node %q: %w", reg.Spec.NodeName, verr))
+	}
+	if !ok {
+		return apierrors.NewForbidden(api.Resource("clusterregistrations"), reg.Spec.NodeName, fmt.Errorf(
+			"node password rejected: node name %q is already registered with another password. "+
+				"If this is the same machine, restore its node-password file in the agent's data dir; "+
+				"if it replaces the old machine, delete it with 'kubectl delete machine %s' (its NodePassword goes with it); "+
+				"if it is another machine with the same hostname, run the agent with --with-node-id", reg.Spec.NodeName, reg.Spec.NodeName))
+	}
+	reg.Spec.VerifiedNodePassword = string(np.UID)
+	return nil
+}
+
+func invalid(name string, errs ...*field.Error) error {
+	return apierrors.NewInvalid(api.SchemeGroupVersion.WithKind("ClusterRegistration").GroupKind(), name, errs)
+}
