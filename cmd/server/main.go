@@ -12,8 +12,8 @@ import (
 
 	"github.com/muster-io/muster/internal/apiserver"
 	"github.com/muster-io/muster/internal/bootstrap"
-	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/join"
+	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/server"
 	"github.com/muster-io/muster/internal/version"
 )

@@ -8,8 +8,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/muster-io/muster/internal/jointoken"
 	"github.com/muster-io/muster/internal/join"
+	"github.com/muster-io/muster/internal/jointoken"
 	"github.com/muster-io/muster/internal/server"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 )

@@ -31,7 +31,7 @@ const (
 	// visible (with the reason) for a while before they are deleted, and
 	// is how long a granted registration whose Machine is gone is kept.
 	DecidedRegistrationRetention = 24 * time.Hour
-	housekeepingPeriod    = 30 * time.Second
+	housekeepingPeriod           = 30 * time.Second
 )
 
 // Housekeeper deletes what joining leaves behind: the NodePassword of a

@@ -13,9 +13,9 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apiserver/pkg/registry/rest"
-	"golang.org/x/time/rate"
 
 	"github.com/muster-io/muster/internal/pki"
 	"github.com/muster-io/muster/internal/registry"

@@ -18,8 +18,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/identity"
-	"github.com/muster-io/muster/internal/leader"
 	"github.com/muster-io/muster/internal/join"
+	"github.com/muster-io/muster/internal/leader"
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/pki"
 	"github.com/muster-io/muster/internal/registration"
