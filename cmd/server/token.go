@@ -58,6 +58,7 @@ func newTokenCommand(cfg *server.Config) *cobra.Command {
 	create.Flags().StringVar(&opts.Cluster, "cluster", "", "bind the token to this existing Cluster")
 	create.Flags().BoolVar(&opts.ManualApproval, "manual-approval", false, "registrations with this token wait for 'muster-server registration approve'")
 	create.Flags().StringVar(&opts.Description, "description", "", "what the token is for")
+	create.Flags().Int32Var(&opts.MaxUses, "max-uses", 0, "how many machines may join with the token (0: no limit)")
 
 	list := &cobra.Command{
 		Use: "list", Short: "List join tokens", Args: cobra.NoArgs,

@@ -22,6 +22,8 @@ type CreateOptions struct {
 	Cluster        string
 	ManualApproval bool
 	Description    string
+	// MaxUses bounds the registrations the token may be granted for; 0 is no bound.
+	MaxUses int32
 }
 
 // Create makes a ClusterRegistrationToken holding only the secret's hash and
@@ -49,6 +51,7 @@ func Create(ctx context.Context, c versioned.Interface, opts CreateOptions) (Tok
 				ManualApproval: opts.ManualApproval,
 				SecretHash:     HashSecret(tok.Secret),
 				Description:    opts.Description,
+				MaxUses:        opts.MaxUses,
 			},
 		}
 		if opts.TTL > 0 {
