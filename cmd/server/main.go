@@ -53,6 +53,8 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.DurationVar(&cfg.DatastorePollInterval, "datastore-poll-interval", 0, "how often to poll the datastore for other servers' changes (default 100ms for PostgreSQL, 1s for SQLite)")
 
 	fl.DurationVar(&cfg.AgentCertificateValidity, "agent-certificate-validity", join.DefaultCertificateValidity, "lifetime of the client certificates granted to agents; they renew at two thirds of it")
+	fl.Float64Var(&cfg.JoinRate, "join-rate-limit", join.DefaultTokenJoinRate, "registrations per second one join token may make; more get 429 and retry")
+	fl.IntVar(&cfg.JoinBurst, "join-burst", join.DefaultTokenJoinBurst, "registrations one join token may make at once before --join-rate-limit applies")
 
 	fl.IntVar(&cfg.MaxRequestsInFlight, "max-requests-inflight", apiserver.DefaultMaxRequestsInFlight, "requests served at once (watches excluded); more get 429 and retry")
 	fl.IntVar(&cfg.MaxMutatingRequestsInFlight, "max-mutating-requests-inflight", apiserver.DefaultMaxMutatingRequestsInFlight, "writes served at once; more get 429 and retry")

@@ -39,6 +39,9 @@ type Config struct {
 	DatastoreEndpoint string
 	// AgentCertificateValidity is the lifetime of the certificates granted to agents.
 	AgentCertificateValidity time.Duration
+	// JoinRate and JoinBurst limit the registrations one join token may make.
+	JoinRate  float64
+	JoinBurst int
 	// AgentSilenceThreshold is how long an agent may go unheard before its
 	// Machine is Unavailable.
 	AgentSilenceThreshold time.Duration
@@ -114,7 +117,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	joins := join.New(join.Config{CA: state.CA, Validity: cfg.AgentCertificateValidity})
+	joins := join.New(join.Config{CA: state.CA, Validity: cfg.AgentCertificateValidity, TokenJoinRate: cfg.JoinRate, TokenJoinBurst: cfg.JoinBurst})
 	tokens := registration.NewTokenAuthenticator()
 	liveness := lifecycle.NewTracker()
 	registrationRules := &registration.Authorizer{}

@@ -329,7 +329,7 @@ func TestTrustFindings(t *testing.T) {
 		}
 		stored, _ := admin.MusterV1alpha1().ClusterRegistrations().Get(ctx, r.Name, metav1.GetOptions{})
 		if strings.Contains(stored.Status.Message, "PHISH") || stored.Status.Reason == "Phish" {
-			t.Errorf("the client's status was stored: %+v", stored.Status)
+			t.Errorf("the client's status was stored: reason %q message %q", stored.Status.Reason, stored.Status.Message)
 		}
 	})
 
@@ -352,20 +352,39 @@ func TestTrustFindings(t *testing.T) {
 			var names []string
 			for _, e := range m.ManagedFields {
 				if e.Subresource == "" {
-					names = append(names, e.Manager)
+					names = append(names, e.Manager+":"+string(e.Operation))
 				}
 			}
 			return strings.Join(names, ",")
 		}
 		before := owners()
+		t.Logf("managers of the main resource: %s", before)
 		if before == "" {
 			t.Fatal("no managed fields recorded for the operator's label")
 		}
+		agentMachines := j.machineClient(s, granted).MusterV1alpha1().Machines()
+		// {"managedFields":[{}]} is how a client asks the apiserver to clear them.
 		patch, _ := json.Marshal(map[string]interface{}{"metadata": map[string]interface{}{"managedFields": []map[string]interface{}{{}}},
 			"status": map[string]interface{}{"agentVersion": "v2"}})
-		_, _ = j.machineClient(s, granted).MusterV1alpha1().Machines().Patch(ctx, "managed", types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+		if _, err := agentMachines.Patch(ctx, "managed", types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+			t.Fatalf("the agent's status patch: %v", err)
+		}
 		if after := owners(); after != before {
-			t.Errorf("the agent's status write changed the main resource's managed fields: %q → %q", before, after)
+			t.Errorf("the agent's status patch changed the main resource's managed fields: %q → %q", before, after)
+		}
+		m, err := agentMachines.Get(ctx, "managed", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A forged record: the agent claims the operator's fields.
+		m.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "agent", Operation: metav1.ManagedFieldsOperationApply,
+			APIVersion: "muster.io/v1alpha1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:team":{}}}}`)}}}
+		m.Status.AgentVersion = "v3"
+		if _, err := agentMachines.UpdateStatus(ctx, m, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("the agent's status update: %v", err)
+		}
+		if after := owners(); after != before {
+			t.Errorf("the agent's status update changed the main resource's managed fields: %q → %q", before, after)
 		}
 	})
 
