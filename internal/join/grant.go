@@ -205,9 +205,12 @@ func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration, csr *
 		}
 	}
 	// An empty plan: applying it is how the agent shows it is
-	// bootstrapped. Operators replace it with real work.
-	if err := g.objects.EnsurePlan(ctx, &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: m.Name}}); err != nil {
-		return nil, err
+	// bootstrapped. Operators replace it with real work. A renewal made it
+	// long ago, and must not make it again for a Machine being deleted.
+	if reg.Spec.MachineUID == "" {
+		if err := g.objects.EnsurePlan(ctx, &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: m.Name}}); err != nil {
+			return nil, err
+		}
 	}
 	cn, groups := identity.MachineSubject(m.Name, string(m.UID))
 	cert, err := g.ca.SignCSR(csr, cn, groups, g.validity)

@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,7 +71,7 @@ func (j *joiner) register(ctx context.Context, c clientset.Interface, opts metav
 // machineClient is the client of the machine a granted registration made.
 func (j *joiner) machineClient(s *server, granted *api.ClusterRegistration) clientset.Interface {
 	caPEM, _ := os.ReadFile(filepath.Join(s.dataDir, "tls", "ca.crt"))
-	return clientset.NewForConfigOrDie(&rest.Config{Host: s.url(), TLSClientConfig: rest.TLSClientConfig{
+	return clientset.NewForConfigOrDie(&rest.Config{Host: s.url(), QPS: 1000, Burst: 1000, TLSClientConfig: rest.TLSClientConfig{
 		CAData: caPEM, CertData: granted.Status.Certificate, KeyData: j.keyPEM}})
 }
 
@@ -385,6 +388,77 @@ func TestTrustFindings(t *testing.T) {
 		}
 		if after := owners(); after != before {
 			t.Errorf("the agent's status update changed the main resource's managed fields: %q → %q", before, after)
+		}
+	})
+
+	t.Run("6: renewals stay with their machine and cannot pile up", func(t *testing.T) {
+		j := newJoiner("renewer")
+		granted, err := j.register(ctx, plainC, metav1.CreateOptions{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		agent := j.machineClient(s, granted)
+		// A renewal under a fresh clientID each time would pile up
+		// requests no cleanup groups together.
+		other := *j
+		other.clientID = "cid-" + randomHex(8)
+		_, err = other.register(ctx, agent, metav1.CreateOptions{}, nil)
+		wantRefusal(t, err, apierrors.IsForbidden, "another clientID")
+		// Raw requests: client-go would wait out each 429's Retry-After.
+		pair, err := tls.X509KeyPair(granted.Status.Certificate, j.keyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+			RootCAs: s.caPool(), Certificates: []tls.Certificate{pair}}}}
+		renewAll := func(n int) (throttled int) {
+			codes := make(chan int, n)
+			for i := 0; i < n; i++ {
+				go func() {
+					key, _, _ := pki.NewPrivateKey()
+					csr, _ := pki.NewCSR(j.node, key)
+					random := randomHex(8)
+					body, _ := json.Marshal(&api.ClusterRegistration{
+						TypeMeta:   metav1.TypeMeta{APIVersion: api.SchemeGroupVersion.String(), Kind: "ClusterRegistration"},
+						ObjectMeta: metav1.ObjectMeta{Name: api.RegistrationName(j.clientID, random)},
+						Spec:       api.ClusterRegistrationSpec{ClientID: j.clientID, ClientRandom: random, NodeName: j.node, CSR: csr, NodePassword: j.password}})
+					resp, err := raw.Post(s.url()+"/apis/muster.io/v1alpha1/clusterregistrations", "application/json", bytes.NewReader(body))
+					if err != nil {
+						codes <- 0
+						return
+					}
+					resp.Body.Close()
+					codes <- resp.StatusCode
+				}()
+			}
+			for i := 0; i < n; i++ {
+				if <-codes == http.StatusTooManyRequests {
+					throttled++
+				}
+			}
+			return throttled
+		}
+		if renewAll(20) == 0 {
+			t.Error("20 renewals at once from one machine were all served: renewals are not rate limited")
+		}
+		// Renewals racing the Machine's deletion leave nothing behind.
+		go s.mustKubectl("delete", "machine", "renewer", "--wait=false")
+		renewAll(100)
+		waitFor(t, 30*time.Second, "the deleted machine, its password and plan to be gone", func() bool {
+			_, e1 := admin.MusterV1alpha1().Machines().Get(ctx, "renewer", metav1.GetOptions{})
+			_, e2 := admin.MusterV1alpha1().NodePasswords().Get(ctx, "renewer", metav1.GetOptions{})
+			_, e3 := admin.MusterV1alpha1().MachinePlans().Get(ctx, "renewer", metav1.GetOptions{})
+			return apierrors.IsNotFound(e1) && apierrors.IsNotFound(e2) && apierrors.IsNotFound(e3)
+		})
+		time.Sleep(2 * time.Second) // a renewal granted late would bring something back within this
+		for _, get := range []func() error{
+			func() error { _, e := admin.MusterV1alpha1().Machines().Get(ctx, "renewer", metav1.GetOptions{}); return e },
+			func() error { _, e := admin.MusterV1alpha1().NodePasswords().Get(ctx, "renewer", metav1.GetOptions{}); return e },
+			func() error { _, e := admin.MusterV1alpha1().MachinePlans().Get(ctx, "renewer", metav1.GetOptions{}); return e },
+		} {
+			if err := get(); !apierrors.IsNotFound(err) {
+				t.Errorf("something of the deleted machine came back: %v", err)
+			}
 		}
 	})
 
