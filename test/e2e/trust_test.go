@@ -3,8 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -452,9 +452,18 @@ func TestTrustFindings(t *testing.T) {
 		})
 		time.Sleep(2 * time.Second) // a renewal granted late would bring something back within this
 		for _, get := range []func() error{
-			func() error { _, e := admin.MusterV1alpha1().Machines().Get(ctx, "renewer", metav1.GetOptions{}); return e },
-			func() error { _, e := admin.MusterV1alpha1().NodePasswords().Get(ctx, "renewer", metav1.GetOptions{}); return e },
-			func() error { _, e := admin.MusterV1alpha1().MachinePlans().Get(ctx, "renewer", metav1.GetOptions{}); return e },
+			func() error {
+				_, e := admin.MusterV1alpha1().Machines().Get(ctx, "renewer", metav1.GetOptions{})
+				return e
+			},
+			func() error {
+				_, e := admin.MusterV1alpha1().NodePasswords().Get(ctx, "renewer", metav1.GetOptions{})
+				return e
+			},
+			func() error {
+				_, e := admin.MusterV1alpha1().MachinePlans().Get(ctx, "renewer", metav1.GetOptions{})
+				return e
+			},
 		} {
 			if err := get(); !apierrors.IsNotFound(err) {
 				t.Errorf("something of the deleted machine came back: %v", err)
