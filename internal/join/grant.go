@@ -151,15 +151,19 @@ type grant struct {
 // never stored). A *Refusal says why not; any other error is transient and
 // the caller retries.
 func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration, csr *x509.CertificateRequest, plaintext string, dryRun bool) (*grant, error) {
+	// In the agent's request the caches answer: the creates that follow
+	// are the atomic arbiters, and a create that finds an object the
+	// cache had not seen re-checks it. A later grant reads the datastore.
+	fresh := plaintext == ""
 	tok, err := g.checkToken(ctx, reg)
 	if err != nil {
 		return nil, err
 	}
-	password, err := g.checkPassword(ctx, reg, plaintext)
+	password, err := g.checkPassword(ctx, reg, plaintext, fresh)
 	if err != nil {
 		return nil, err
 	}
-	m, err := g.checkMachine(ctx, reg, tok, password)
+	m, err := g.checkMachine(ctx, reg, tok, password, fresh)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +190,7 @@ func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration, csr *
 		}
 	}
 	if password == nil {
-		if err := g.claimPassword(ctx, reg, plaintext); err != nil {
+		if password, err = g.claimPassword(ctx, reg, plaintext); err != nil {
 			return nil, err
 		}
 	} else if password.Status.Machine == "" {
@@ -195,7 +199,7 @@ func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration, csr *
 		}
 	}
 	if m == nil {
-		if m, err = g.registerMachine(ctx, reg, cluster); err != nil {
+		if m, err = g.registerMachine(ctx, reg, tok, password, cluster); err != nil {
 			return nil, err
 		}
 	} else if m.Status.Phase == api.MachinePhasePending || m.Status.Phase == api.MachinePhaseProvisioning {
@@ -286,66 +290,80 @@ func Inactive(t *api.ClusterRegistrationToken, now time.Time) string {
 // checkPassword compares the request's password, as the create recorded it,
 // with the node's NodePassword now. It returns that NodePassword, or nil
 // when the node has none and the grant is to claim the name.
-func (g *Granter) checkPassword(ctx context.Context, reg *api.ClusterRegistration, plaintext string) (*api.NodePassword, error) {
-	np, err := g.objects.Password(ctx, reg.Spec.NodeName, true)
+func (g *Granter) checkPassword(ctx context.Context, reg *api.ClusterRegistration, plaintext string, fresh bool) (*api.NodePassword, error) {
+	np, err := g.objects.Password(ctx, reg.Spec.NodeName, fresh)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	if !fresh && !g.passwordMatches(reg, np, plaintext) {
+		// The cache may hold one since replaced: judge the stored one.
+		return g.checkPassword(ctx, reg, plaintext, true)
+	}
+	if !g.passwordMatches(reg, np, plaintext) {
+		return nil, refuse(http.StatusForbidden, "NodePasswordChanged",
+			"node name %q has been registered with another node password since this request was made: "+
+				"the name belongs to another machine now; if this machine replaces it, delete it with 'kubectl delete machine %s' and restart the agent with a new token, "+
+				"or run the agent with --with-node-id", reg.Spec.NodeName, reg.Spec.NodeName)
+	}
+	return np, nil
+}
+
+// passwordMatches reports whether np is the node password reg presented.
+func (g *Granter) passwordMatches(reg *api.ClusterRegistration, np *api.NodePassword, plaintext string) bool {
 	// The NodePassword the request matched when it was made, or the one a
 	// previous attempt of this grant made from the request's own hash.
 	if string(np.UID) == reg.Spec.VerifiedNodePassword || (reg.Spec.NodePasswordHash != "" && np.Spec.Hash == reg.Spec.NodePasswordHash) {
-		return np, nil
+		return true
 	}
 	// Made a moment ago by a concurrent request of the same agent.
 	if plaintext != "" {
 		if ok, err := nodepassword.Verify(np.Spec.Hash, plaintext); err == nil && ok {
-			return np, nil
+			return true
 		}
 	}
-	return nil, refuse(http.StatusForbidden, "NodePasswordChanged",
-		"node name %q has been registered with another node password since this request was made: "+
-			"the name belongs to another machine now; if this machine replaces it, delete it with 'kubectl delete machine %s' and restart the agent with a new token, "+
-			"or run the agent with --with-node-id", reg.Spec.NodeName, reg.Spec.NodeName)
+	return false
 }
 
 // claimPassword stores the request's password hash as the node's
 // NodePassword, bound to its Machine. Two grants claiming one new name at
 // once: the one whose create loses reads the winner's and is refused unless
 // it is its own.
-func (g *Granter) claimPassword(ctx context.Context, reg *api.ClusterRegistration, plaintext string) error {
+func (g *Granter) claimPassword(ctx context.Context, reg *api.ClusterRegistration, plaintext string) (*api.NodePassword, error) {
 	if reg.Spec.NodePasswordHash == "" {
-		return refuse(http.StatusForbidden, "NoNodePassword", "the registration carries no node password: register again with the agent")
+		return nil, refuse(http.StatusForbidden, "NoNodePassword", "the registration carries no node password: register again with the agent")
 	}
 	now := metav1.Now()
-	_, err := g.objects.CreatePassword(ctx, &api.NodePassword{
+	np, err := g.objects.CreatePassword(ctx, &api.NodePassword{
 		ObjectMeta: metav1.ObjectMeta{Name: reg.Spec.NodeName},
 		Spec:       api.NodePasswordSpec{Hash: reg.Spec.NodePasswordHash},
 		Status:     api.NodePasswordStatus{Machine: reg.Spec.NodeName, LastVerified: &now},
 	})
 	if apierrors.IsAlreadyExists(err) {
-		_, err = g.checkPassword(ctx, reg, plaintext)
+		np, err = g.checkPassword(ctx, reg, plaintext, true)
 	}
-	return err
+	return np, err
 }
 
 // checkMachine decides which Machine the grant binds to: the node's own
 // (its NodePassword matched), one an operator or a pool made for this token
 // or cluster, or none yet (nil: the grant creates it).
-func (g *Granter) checkMachine(ctx context.Context, reg *api.ClusterRegistration, tok *api.ClusterRegistrationToken, password *api.NodePassword) (*api.Machine, error) {
-	name := reg.Spec.NodeName
-	m, err := g.objects.Machine(ctx, name, false)
+func (g *Granter) checkMachine(ctx context.Context, reg *api.ClusterRegistration, tok *api.ClusterRegistrationToken, password *api.NodePassword, fresh bool) (*api.Machine, error) {
+	m, err := g.objects.Machine(ctx, reg.Spec.NodeName, fresh)
 	if apierrors.IsNotFound(err) {
-		m, err = g.objects.Machine(ctx, name, true)
-	}
-	if apierrors.IsNotFound(err) {
-		return nil, g.checkNewMachine(ctx, reg)
+		return nil, g.checkNewMachine(ctx, reg, fresh)
 	}
 	if err != nil {
 		return nil, err
 	}
+	return g.checkExisting(reg, tok, password, m)
+}
+
+// checkExisting decides whether reg may bind to m, an existing Machine of its name.
+func (g *Granter) checkExisting(reg *api.ClusterRegistration, tok *api.ClusterRegistrationToken, password *api.NodePassword, m *api.Machine) (*api.Machine, error) {
+	name := m.Name
 	if m.DeletionTimestamp != nil {
 		return nil, refuse(http.StatusConflict, "MachineBeingDeleted", "machine %s is being deleted; register again once it is gone", name)
 	}
@@ -391,12 +409,12 @@ func (g *Granter) checkMachine(ctx context.Context, reg *api.ClusterRegistration
 // checkNewMachine checks that a Machine may be created for reg: a renewal
 // never creates one, a MachinePlan staged for a machine of that name is not
 // handed to whoever joins first, and an agent's clientID is its own.
-func (g *Granter) checkNewMachine(ctx context.Context, reg *api.ClusterRegistration) error {
+func (g *Granter) checkNewMachine(ctx context.Context, reg *api.ClusterRegistration, fresh bool) error {
 	name := reg.Spec.NodeName
 	if reg.Spec.MachineUID != "" {
 		return machineGone(name)
 	}
-	if _, err := g.objects.Plan(ctx, name, true); err == nil {
+	if _, err := g.objects.Plan(ctx, name, fresh); err == nil {
 		return refuse(http.StatusForbidden, "PlanWithoutMachine",
 			"a MachinePlan %s exists without a Machine: to stage work for a machine, create its Machine in a cluster too "+
 				"(then join with a token of that cluster), or delete the plan with 'kubectl delete machineplan %s'", name, name)
@@ -424,7 +442,7 @@ func machineGone(name string) *Refusal {
 
 // registerMachine creates the Machine of a node joining for the first time,
 // in cluster (made first when it is the agent's own).
-func (g *Granter) registerMachine(ctx context.Context, reg *api.ClusterRegistration, cluster string) (*api.Machine, error) {
+func (g *Granter) registerMachine(ctx context.Context, reg *api.ClusterRegistration, tok *api.ClusterRegistrationToken, password *api.NodePassword, cluster string) (*api.Machine, error) {
 	if cluster == ownCluster(reg.Spec.ClientID) {
 		if err := g.objects.EnsureCluster(ctx, &api.Cluster{ObjectMeta: metav1.ObjectMeta{Name: cluster}, Spec: api.ClusterSpec{ClientID: reg.Spec.ClientID}}); err != nil {
 			return nil, err
@@ -437,9 +455,13 @@ func (g *Granter) registerMachine(ctx context.Context, reg *api.ClusterRegistrat
 		Status: api.MachineStatus{AgentVersion: reg.Spec.AgentVersion, Addresses: reg.Spec.Addresses},
 	})
 	if apierrors.IsAlreadyExists(err) {
-		// Another grant of this node made it a moment ago; the password
-		// it claimed is the one checked, so the Machine is this node's.
-		m, err = g.objects.Machine(ctx, reg.Spec.NodeName, true)
+		// Made a moment ago, after this grant's cache had looked: by
+		// another grant of this node, or staged by an operator. Judged
+		// like any existing Machine.
+		if m, err = g.objects.Machine(ctx, reg.Spec.NodeName, true); err != nil {
+			return nil, err
+		}
+		return g.checkExisting(reg, tok, password, m)
 	}
 	return m, err
 }

@@ -57,11 +57,11 @@ func (r *registrationREST) Create(ctx context.Context, obj runtime.Object, creat
 	if err := r.join.checkRate(reg); err != nil {
 		return nil, err
 	}
-	if err := r.recordPassword(ctx, reg, password); err != nil {
-		return nil, err
-	}
 	auto, err := r.join.autoApproved(ctx, reg)
 	if err != nil {
+		return nil, err
+	}
+	if err := r.recordPassword(ctx, reg, password, !auto); err != nil {
 		return nil, err
 	}
 	if auto {
@@ -126,16 +126,17 @@ func (r *registrationREST) prepare(ctx context.Context, reg *api.ClusterRegistra
 // NodePassword it matched, and a salted hash of the password. Nothing is
 // stored for the node name here: a request that waits for approval claims
 // no name (the grant does).
-func (r *registrationREST) recordPassword(ctx context.Context, reg *api.ClusterRegistration, password string) error {
+//
+// A request granted at once reads the cache: its grant re-checks against
+// the NodePassword it creates or finds. One that waits reads the
+// datastore, so that the UID it records is the current one.
+func (r *registrationREST) recordPassword(ctx context.Context, reg *api.ClusterRegistration, password string, fresh bool) error {
 	hash, err := nodepassword.Hash(password)
 	if err != nil {
 		return apierrors.NewInternalError(err)
 	}
 	reg.Spec.NodePasswordHash = hash
-	np, err := r.join.objects.Password(ctx, reg.Spec.NodeName, false)
-	if apierrors.IsNotFound(err) {
-		np, err = r.join.objects.Password(ctx, reg.Spec.NodeName, true)
-	}
+	np, err := r.join.objects.Password(ctx, reg.Spec.NodeName, fresh)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -145,6 +146,11 @@ func (r *registrationREST) recordPassword(ctx context.Context, reg *api.ClusterR
 	ok, verr := nodepassword.Verify(np.Spec.Hash, password)
 	if verr != nil {
 		return apierrors.NewInternalError(fmt.Errorf("stored hash of node %q: %w", reg.Spec.NodeName, verr))
+	}
+	if !ok && !fresh {
+		// The cache may still hold the password of a Machine deleted a
+		// moment ago: refuse only on the stored one.
+		return r.recordPassword(ctx, reg, password, true)
 	}
 	if !ok {
 		return apierrors.NewForbidden(api.Resource("clusterregistrations"), reg.Spec.NodeName, fmt.Errorf(
