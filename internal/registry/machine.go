@@ -51,17 +51,7 @@ var Machine = Kind[*api.Machine]{
 		errs = append(errs, validateImmutable(m.Spec.NodeName, old.Spec.NodeName, spec.Child("nodeName"))...)
 		return append(errs, validateImmutable(m.Spec.Driver, old.Spec.Driver, spec.Child("driver"))...)
 	},
-	ValidateStatus: func(m, _ *api.Machine) field.ErrorList {
-		status := field.NewPath("status")
-		var errs field.ErrorList
-		if !planStates[m.Status.PlanState] {
-			errs = append(errs, field.NotSupported(status.Child("planState"), m.Status.PlanState,
-				[]string{"pending", "in-progress", "succeeded", "failed"}))
-		}
-		errs = append(errs, validateAddresses(m.Status.Addresses, status.Child("addresses"))...)
-		errs = append(errs, validateMaxLen(m.Status.AgentVersion, maxVersionLen, status.Child("agentVersion"))...)
-		return append(errs, validateMaxLen(m.Status.Message, 4096, status.Child("message"))...)
-	},
+	ValidateStatus: validateMachineStatus,
 	Columns: []metav1.TableColumnDefinition{
 		{Name: "Cluster", Type: "string", Description: "Cluster the machine belongs to."},
 		{Name: "Phase", Type: "string", Description: "Lifecycle state of the machine."},
@@ -76,4 +66,27 @@ var Machine = Kind[*api.Machine]{
 		}
 		return []interface{}{m.Spec.Cluster, string(m.Status.Phase), string(m.Status.PlanState), roles, since(m.Status.LastSeen)}
 	},
+}
+
+// validateMachineStatus bounds every field an agent may write to its
+// Machine's status (which fields it may write is the strategy's business).
+func validateMachineStatus(m, _ *api.Machine) field.ErrorList {
+	status := field.NewPath("status")
+	if errs := validateStatusSize(m.Status, status); len(errs) > 0 {
+		return errs
+	}
+	var errs field.ErrorList
+	if !planStates[m.Status.PlanState] {
+		errs = append(errs, field.NotSupported(status.Child("planState"), m.Status.PlanState,
+			[]string{"pending", "in-progress", "succeeded", "failed"}))
+	}
+	errs = append(errs, validateAddresses(m.Status.Addresses, status.Child("addresses"))...)
+	if len(m.Status.AgentVersion) > maxVersionLen {
+		errs = append(errs, field.TooLong(status.Child("agentVersion"), "", maxVersionLen))
+	} else if hasControl(m.Status.AgentVersion) {
+		errs = append(errs, field.Invalid(status.Child("agentVersion"), m.Status.AgentVersion, "must not contain control characters"))
+	}
+	errs = append(errs, validateMaxLen(m.Status.Reason, maxReasonBytes, status.Child("reason"))...)
+	errs = append(errs, validateMaxLen(m.Status.Message, maxMessageBytes, status.Child("message"))...)
+	return append(errs, validateConditions(m.Status.Conditions, status.Child("conditions"))...)
 }
