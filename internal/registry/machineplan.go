@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -109,6 +110,12 @@ var MachinePlan = Kind[*api.MachinePlan]{
 	},
 }
 
+// notUTF8 explains why a string must be UTF-8: objects travel as JSON, which
+// replaces invalid bytes, so the agent would get something else than was
+// written, and the plan another checksum. Only the server's own in-process
+// writes can carry such a string: the API decoder already replaced them.
+const notUTF8 = "must be valid UTF-8 text: objects travel as JSON, which would replace the invalid bytes"
+
 // rootDirs are directories at the root of every Linux system: a plan
 // file there would replace a directory, which the agent cannot do.
 var rootDirs = []string{"/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/media", "/mnt",
@@ -140,6 +147,9 @@ func validatePlanSpec(p *api.MachinePlan) field.ErrorList {
 		seen[f.Path] = true
 		if len(f.Content) > maxPlanFileBytes {
 			errs = append(errs, field.TooLong(fp.Child("content"), "", maxPlanFileBytes))
+		} else if !utf8.ValidString(f.Content) {
+			errs = append(errs, field.Invalid(fp.Child("content"), "<content>", notUTF8+
+				"; for a binary file, carry it base64-encoded and decode it with an instruction"))
 		}
 		count(f.Path, f.Content)
 		if f.Mode < 0 || f.Mode > maxFileMode {
@@ -217,6 +227,8 @@ func validatePlanPath(p string, fld *field.Path) field.ErrorList {
 		return field.ErrorList{field.Invalid(fld, p, "must not contain a NUL byte: no file system accepts it in a path")}
 	case hasControl(p):
 		return field.ErrorList{field.Invalid(fld, p, "must not contain control characters (newline, tab, escape...)")}
+	case !utf8.ValidString(p):
+		return field.ErrorList{field.Invalid(fld, p, notUTF8)}
 	case !path.IsAbs(p) || path.Clean(p) != p:
 		return field.ErrorList{field.Invalid(fld, p,
 			"must be an absolute, clean path (no relative parts, no '..', no trailing '/')")}
@@ -250,6 +262,8 @@ func validateCommand(cmd string, fld *field.Path) field.ErrorList {
 		return field.ErrorList{field.TooLong(fld, "", maxCommandBytes)}
 	case hasControl(cmd):
 		return field.ErrorList{field.Invalid(fld, cmd, "must not contain NUL bytes or other control characters; arguments go in args")}
+	case !utf8.ValidString(cmd):
+		return field.ErrorList{field.Invalid(fld, cmd, notUTF8)}
 	case strings.Contains(cmd, "/") && !path.IsAbs(cmd):
 		return field.ErrorList{field.Invalid(fld, cmd,
 			"must be an absolute path (e.g. /usr/bin/systemctl) or a program name looked up on the agent's PATH (e.g. systemctl): "+
@@ -270,6 +284,8 @@ func validateArgs(args []string, fld *field.Path) field.ErrorList {
 		case strings.IndexByte(a, 0) >= 0:
 			errs = append(errs, field.Invalid(fld.Index(i), a,
 				"must not contain a NUL byte: a program's arguments end at the first one, so the agent cannot pass it"))
+		case !utf8.ValidString(a):
+			errs = append(errs, field.Invalid(fld.Index(i), a, notUTF8))
 		}
 	}
 	return errs
@@ -292,6 +308,8 @@ func validateEnv(env []string, fld *field.Path) field.ErrorList {
 		case strings.IndexByte(e, 0) >= 0:
 			errs = append(errs, field.Invalid(fld.Index(i), e,
 				"must not contain a NUL byte: the environment is NUL-separated, so the agent cannot pass it"))
+		case !utf8.ValidString(e):
+			errs = append(errs, field.Invalid(fld.Index(i), e, notUTF8))
 		case seen[name]:
 			errs = append(errs, field.Duplicate(fld.Index(i), name))
 		}
@@ -307,6 +325,8 @@ func validateEntryName(name string, seen map[string]bool, path *field.Path) fiel
 		return field.ErrorList{field.TooLong(path, "", maxEntryNameLen)}
 	case hasControl(name):
 		return field.ErrorList{field.Invalid(path, name, "must not contain NUL bytes or other control characters")}
+	case !utf8.ValidString(name):
+		return field.ErrorList{field.Invalid(path, name, notUTF8)}
 	case seen[name]:
 		return field.ErrorList{field.Duplicate(path, name)}
 	}
