@@ -5,21 +5,27 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	clientset "github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
 
-// TestOversizedObjects: objects and requests past the limits are refused
-// with 413 or 422 naming the limit, and nothing is stored. Before, an
-// object over ~2 MiB in the datastore got 503 "datastore is not
-// answering" (kubectl retried it for 10 s) and one of 1–2 MiB was stored.
-func TestOversizedObjects(t *testing.T) {
+// TestLimits: objects, requests, statuses, plans and node passwords past
+// the limits are refused with 413 or 422 naming the limit, and nothing is
+// stored. Before, an object over ~2 MiB in the datastore got 503
+// "datastore is not answering" (kubectl retried it for 10 s), one of
+// 1–2 MiB was stored, and so were a 1.4 MB condition with status Bogus, a
+// setuid mode and a node password of 32 'a's.
+func TestLimits(t *testing.T) {
 	s := startServer(t, "")
 	c := adminClient(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -113,6 +119,28 @@ func TestOversizedObjects(t *testing.T) {
 		_, err := c.MusterV1alpha1().MachinePlans().Create(ctx, p, metav1.CreateOptions{})
 		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "between 0 and 0777") {
 			t.Errorf("got %v, want 422 naming the allowed modes", err)
+		}
+	})
+
+	t.Run("node passwords that are not 128 random bits", func(t *testing.T) {
+		token := newToken(t, s)
+		caPEM, _ := os.ReadFile(filepath.Join(s.dataDir, "tls", "ca.crt"))
+		joiner := clientset.NewForConfigOrDie(&rest.Config{Host: s.url(),
+			BearerToken: token[strings.Index(token, "::")+2:], TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}})
+		for _, tc := range []struct{ password, want string }{
+			{strings.Repeat("a", 32), "only 1 different hex digits"},
+			{"0123456789abcdef0123456789abcdef", "different steps"},
+			{"3f9c2a7e0b14d85c3f9c2a7e0b14d85c", "repeats a pattern of 16 characters"},
+			{"correct-horse-battery-staple-yes", "hex digits (0-9, a-f) only"},
+		} {
+			node := "weak-" + tc.password[:4]
+			err := createRegistration(ctx, joiner, node, func(r *api.ClusterRegistration) { r.Spec.NodePassword = tc.password })
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), tc.password) {
+				t.Errorf("password %q: got %v, want 422 saying %q without the password", tc.password, err, tc.want)
+			}
+			if _, err := c.MusterV1alpha1().NodePasswords().Get(ctx, node, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("a refused password was stored for %s: %v", node, err)
+			}
 		}
 	})
 }
