@@ -38,10 +38,19 @@ func (c sizeLimitedCodec) Encode(obj runtime.Object, w io.Writer) error {
 	if err := c.Codec.Encode(obj, cw); err != nil {
 		return err
 	}
-	if cw.n > MaxObjectBytes {
+	if cw.n > MaxObjectBytes && !beingDeleted(obj) {
 		return objectTooLarge(obj, cw.n)
 	}
 	return nil
+}
+
+// beingDeleted: an object stored before the bound existed may be larger;
+// once it is being deleted its finalizers must still be removable, or it
+// could never go (a Machine's lifecycle finalizer). Such a write only
+// takes the object towards removal.
+func beingDeleted(obj runtime.Object) bool {
+	m, err := meta.Accessor(obj)
+	return err == nil && m.GetDeletionTimestamp() != nil
 }
 
 func objectTooLarge(obj runtime.Object, n int64) error {

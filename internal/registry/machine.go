@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -70,23 +71,39 @@ var Machine = Kind[*api.Machine]{
 
 // validateMachineStatus bounds every field an agent may write to its
 // Machine's status (which fields it may write is the strategy's business).
-func validateMachineStatus(m, _ *api.Machine) field.ErrorList {
+// A field the write leaves as stored is not checked again: a status stored
+// before these checks (forged by an agent) must not keep the server from
+// draining its Machine, and carrying a value over adds nothing.
+func validateMachineStatus(m, old *api.Machine) field.ErrorList {
 	status := field.NewPath("status")
-	if errs := validateStatusSize(m.Status, status); len(errs) > 0 {
+	cur, prev := &m.Status, &old.Status
+	reasonChanged := cur.Reason != prev.Reason
+	// Conditions and reason had no bound before; the other fields did.
+	unchangedBulk := apiequality.Semantic.DeepEqual(cur.Conditions, prev.Conditions) &&
+		(!reasonChanged || len(cur.Reason) <= maxReasonBytes)
+	if errs := validateStatusSize(cur, unchangedBulk, status); len(errs) > 0 {
 		return errs
 	}
 	var errs field.ErrorList
-	if !planStates[m.Status.PlanState] {
-		errs = append(errs, field.NotSupported(status.Child("planState"), m.Status.PlanState,
+	if !planStates[cur.PlanState] {
+		errs = append(errs, field.NotSupported(status.Child("planState"), cur.PlanState,
 			[]string{"pending", "in-progress", "succeeded", "failed"}))
 	}
-	errs = append(errs, validateAddresses(m.Status.Addresses, status.Child("addresses"))...)
-	if len(m.Status.AgentVersion) > maxVersionLen {
-		errs = append(errs, field.TooLong(status.Child("agentVersion"), "", maxVersionLen))
-	} else if hasControl(m.Status.AgentVersion) {
-		errs = append(errs, field.Invalid(status.Child("agentVersion"), m.Status.AgentVersion, "must not contain control characters"))
+	if !apiequality.Semantic.DeepEqual(cur.Addresses, prev.Addresses) {
+		errs = append(errs, validateAddresses(cur.Addresses, status.Child("addresses"))...)
 	}
-	errs = append(errs, validateMaxLen(m.Status.Reason, maxReasonBytes, status.Child("reason"))...)
-	errs = append(errs, validateMaxLen(m.Status.Message, maxMessageBytes, status.Child("message"))...)
-	return append(errs, validateConditions(m.Status.Conditions, status.Child("conditions"))...)
+	if cur.AgentVersion != prev.AgentVersion {
+		if len(cur.AgentVersion) > maxVersionLen {
+			errs = append(errs, field.TooLong(status.Child("agentVersion"), "", maxVersionLen))
+		} else if hasControl(cur.AgentVersion) {
+			errs = append(errs, field.Invalid(status.Child("agentVersion"), cur.AgentVersion, "must not contain control characters"))
+		}
+	}
+	if reasonChanged {
+		errs = append(errs, validateMaxLen(cur.Reason, maxReasonBytes, status.Child("reason"))...)
+	}
+	if cur.Message != prev.Message {
+		errs = append(errs, validateMaxLen(cur.Message, maxMessageBytes, status.Child("message"))...)
+	}
+	return append(errs, validateConditions(cur.Conditions, prev.Conditions, status.Child("conditions"))...)
 }

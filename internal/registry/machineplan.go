@@ -12,6 +12,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -341,11 +342,14 @@ func validateTimeout(seconds int32, path *field.Path) field.ErrorList {
 	return nil
 }
 
-func validatePlanStatus(p, _ *api.MachinePlan) field.ErrorList {
+func validatePlanStatus(p, old *api.MachinePlan) field.ErrorList {
 	status := field.NewPath("status")
 	// First the size: it bounds the work below, and keeps a huge value out
 	// of the error message.
-	if errs := validateStatusSize(p.Status, status); len(errs) > 0 {
+	// Output and probes had no count bound before; the others are small.
+	unchangedBulk := apiequality.Semantic.DeepEqual(p.Status.Output, old.Status.Output) &&
+		apiequality.Semantic.DeepEqual(p.Status.Probes, old.Status.Probes)
+	if errs := validateStatusSize(p.Status, unchangedBulk, status); len(errs) > 0 {
 		return errs
 	}
 	var errs field.ErrorList
@@ -353,26 +357,48 @@ func validatePlanStatus(p, _ *api.MachinePlan) field.ErrorList {
 		errs = append(errs, field.NotSupported(status.Child("state"), p.Status.State,
 			[]string{"pending", "in-progress", "succeeded", "failed"}))
 	}
-	errs = append(errs, validateChecksum(p.Status.Checksum, status.Child("checksum"))...)
-	errs = append(errs, validateChecksum(p.Status.AppliedChecksum, status.Child("appliedChecksum"))...)
+	// Checked when written, so that a value stored before this check does
+	// not block the agent's next report, which carries it over.
+	if p.Status.Checksum != old.Status.Checksum {
+		errs = append(errs, validateChecksum(p.Status.Checksum, status.Child("checksum"))...)
+	}
+	if p.Status.AppliedChecksum != old.Status.AppliedChecksum {
+		errs = append(errs, validateChecksum(p.Status.AppliedChecksum, status.Child("appliedChecksum"))...)
+	}
 	errs = append(errs, validateNonNegative(p.Status.FailureCount, status.Child("failureCount"))...)
-	if len(p.Status.Output) > maxPlanEntries {
-		errs = append(errs, field.TooMany(status.Child("output"), len(p.Status.Output), maxPlanEntries))
+	// Output and probes the report carries over unchanged were checked
+	// when written, or predate the checks (see validateStatusSize).
+	if !apiequality.Semantic.DeepEqual(p.Status.Output, old.Status.Output) {
+		errs = append(errs, validateOutputs(p.Status.Output, status.Child("output"))...)
 	}
+	if !apiequality.Semantic.DeepEqual(p.Status.Probes, old.Status.Probes) {
+		errs = append(errs, validateProbeStatuses(p.Status.Probes, status.Child("probes"))...)
+	}
+	return errs
+}
+
+func validateOutputs(outputs []api.InstructionOutput, path *field.Path) field.ErrorList {
+	if len(outputs) > maxPlanEntries {
+		return field.ErrorList{field.TooMany(path, len(outputs), maxPlanEntries)}
+	}
+	var errs field.ErrorList
 	names := map[string]bool{}
-	for i, o := range p.Status.Output {
-		op := status.Child("output").Index(i)
-		errs = append(errs, validateReportedName(o.Name, names, op.Child("name"))...)
-		errs = append(errs, validateMaxLen(o.Output, maxOutputBytes, op.Child("output"))...)
+	for i, o := range outputs {
+		errs = append(errs, validateReportedName(o.Name, names, path.Index(i).Child("name"))...)
+		errs = append(errs, validateMaxLen(o.Output, maxOutputBytes, path.Index(i).Child("output"))...)
 	}
-	if len(p.Status.Probes) > maxPlanEntries {
-		errs = append(errs, field.TooMany(status.Child("probes"), len(p.Status.Probes), maxPlanEntries))
+	return errs
+}
+
+func validateProbeStatuses(probes []api.ProbeStatus, path *field.Path) field.ErrorList {
+	if len(probes) > maxPlanEntries {
+		return field.ErrorList{field.TooMany(path, len(probes), maxPlanEntries)}
 	}
-	probeNames := map[string]bool{}
-	for i, pr := range p.Status.Probes {
-		pp := status.Child("probes").Index(i)
-		errs = append(errs, validateReportedName(pr.Name, probeNames, pp.Child("name"))...)
-		errs = append(errs, validateMaxLen(pr.Message, maxOutputBytes, pp.Child("message"))...)
+	var errs field.ErrorList
+	names := map[string]bool{}
+	for i, pr := range probes {
+		errs = append(errs, validateReportedName(pr.Name, names, path.Index(i).Child("name"))...)
+		errs = append(errs, validateMaxLen(pr.Message, maxOutputBytes, path.Index(i).Child("message"))...)
 	}
 	return errs
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
@@ -162,23 +163,33 @@ const (
 	maxReasonBytes  = 1 << 10
 )
 
-// validateStatusSize refuses a status larger than maxStatusBytes encoded.
-func validateStatusSize(status interface{}, path *field.Path) field.ErrorList {
+// validateStatusSize refuses a status larger than maxStatusBytes encoded,
+// unless unchangedBulk: the caller's word that the write left as stored
+// every field that had no bound before this one (conditions, output...).
+// A status stored before the bound existed must not stop the server from
+// moving its object on (a Machine that could not be drained), and a write
+// that changes only bounded fields cannot make it grow without bound.
+func validateStatusSize(status interface{}, unchangedBulk bool, path *field.Path) field.ErrorList {
 	b, err := json.Marshal(status)
 	if err != nil {
 		return field.ErrorList{field.InternalError(path, err)}
 	}
-	if len(b) > maxStatusBytes {
-		return field.ErrorList{field.Invalid(path, fmt.Sprintf("%d bytes", len(b)), fmt.Sprintf(
-			"a status may be at most %d bytes (256 KiB) encoded: report less (conditions, messages, output)", maxStatusBytes))}
+	if len(b) <= maxStatusBytes || unchangedBulk {
+		return nil
 	}
-	return nil
+	return field.ErrorList{field.Invalid(path, fmt.Sprintf("%d bytes", len(b)), fmt.Sprintf(
+		"a status may be at most %d bytes (256 KiB) encoded: report less (conditions, messages, output)", maxStatusBytes))}
 }
 
 // validateConditions is apimachinery's check (type a qualified name,
 // status True/False/Unknown, reason CamelCase, transition time set, no
 // duplicate types) with muster's tighter bounds.
-func validateConditions(conds []metav1.Condition, path *field.Path) field.ErrorList {
+// Conditions the write leaves as stored are not checked again (ratcheting,
+// as kube-apiserver does), for the same reason as validateStatusSize.
+func validateConditions(conds, old []metav1.Condition, path *field.Path) field.ErrorList {
+	if apiequality.Semantic.DeepEqual(conds, old) {
+		return nil
+	}
 	if len(conds) > maxConditions {
 		return field.ErrorList{field.TooMany(path, len(conds), maxConditions)}
 	}

