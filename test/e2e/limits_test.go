@@ -13,6 +13,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
@@ -89,6 +90,26 @@ func TestLimits(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("patch growing a plan past 1 MiB", func(t *testing.T) {
+		if _, err := c.MusterV1alpha1().MachinePlans().Create(ctx, htmlPlan("grows", 8<<10), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var patch bytes.Buffer
+		enc := json.NewEncoder(&patch)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(map[string]interface{}{"spec": map[string]interface{}{"files": htmlPlan("", 200<<10).Spec.Files}}); err != nil {
+			t.Fatal(err)
+		}
+		err := c.MusterV1alpha1().RESTClient().Patch(types.MergePatchType).Resource("machineplans").Name("grows").
+			Body(patch.Bytes()).Do(ctx).Error()
+		if !apierrors.IsRequestEntityTooLargeError(err) || !strings.Contains(err.Error(), "at most 1048576 (1 MiB)") {
+			t.Errorf("got %v, want 413 naming the 1 MiB limit", err)
+		}
+		if p, err := c.MusterV1alpha1().MachinePlans().Get(ctx, "grows", metav1.GetOptions{}); err != nil || len(p.Spec.Files) != 1 {
+			t.Errorf("the refused patch changed the plan: %v", err)
+		}
+	})
 
 	t.Run("1.4 MB condition in a machine's status", func(t *testing.T) {
 		m, err := c.MusterV1alpha1().Machines().Create(ctx, &api.Machine{ObjectMeta: metav1.ObjectMeta{Name: "cond"},
