@@ -11,7 +11,7 @@ LDFLAGS   := -X github.com/muster-io/muster/internal/version.Version=$(VERSION)
 TEST_FLAGS ?= -p 1 -count=1 -timeout 45m
 
 # `make ha` starts PostgreSQL, three servers on 127.0.0.1-3 and agents (hack/ha.sh).
-.PHONY: all build run ha ha-stop test test-unit test-e2e vet generate verify-generated bench postgres-start postgres-stop clean
+.PHONY: all build run ha ha-stop test test-unit test-e2e vet fuzz generate verify-generated bench postgres-start postgres-stop clean
 
 all: build
 
@@ -48,6 +48,22 @@ bench: build
 	mkdir -p bench/out
 	MUSTER_BENCH_SCALE=full MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server $(GO) test -count=1 -run '^TestBench$$' -v -timeout 180m ./test/bench | tee bench/out/bench.txt
 	MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server MUSTER_AGENT_BIN=$(CURDIR)/$(BIN)/muster-agent $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/e2e | tee bench/out/server.txt
+
+# Fuzz the parsers and checks that take hostile input: the join-token
+# parser, the CSR checks and plan validation, each for FUZZTIME. go test
+# fuzzes one target per package per run, hence the loop. Failing inputs are
+# written to the package's testdata/fuzz/ and rerun by every `go test`.
+# FUZZFLAGS=-parallel=1 keeps to one core.
+FUZZTIME  ?= 20s
+FUZZFLAGS ?=
+FUZZ_TARGETS := ./internal/jointoken:FuzzParse ./internal/pki:FuzzCSR ./internal/registry:FuzzValidatePlanSpec
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzzing $$fn in $$pkg for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $$pkg; \
+	done
 
 generate:
 	hack/update-codegen.sh

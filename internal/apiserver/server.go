@@ -164,7 +164,11 @@ func New(cfg Config) (*Server, error) {
 	// privileged user with a random token that never leaves the process.
 	genericapiserver.AuthorizeClientBearerToken(rc.LoopbackClientConfig, &rc.Authentication, &rc.Authorization)
 
-	etcd := genericoptions.NewEtcdOptions(storagebackend.NewDefaultConfig(etcdPrefix, Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)))
+	// Oversized requests and objects get 413 naming the limit, not the
+	// datastore's 503 (registry.MaxObjectBytes says why these sizes).
+	rc.MaxRequestBodyBytes = registry.MaxRequestBodyBytes
+	etcd := genericoptions.NewEtcdOptions(storagebackend.NewDefaultConfig(etcdPrefix,
+		registry.LimitObjectSize(Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion))))
 	etcd.StorageConfig.Transport = cfg.Storage
 	etcd.StorageConfig.CompactionInterval = cfg.CompactionInterval
 	// The muster.io types have no protobuf encoding.

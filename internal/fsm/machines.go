@@ -5,16 +5,52 @@ package fsm
 // event names are what a transition history records. Renaming an event
 // rewrites how old histories read, so add events rather than rename them.
 
+// Event names, one constant each, so that callers firing an event and tests
+// reading a history cannot misspell one: a misspelt string would only fail
+// at run time, as an illegal transition. The values are what histories
+// record, so they never change (see above).
+const (
+	// Registration, and Token for EventExpire.
+	EventApprove = "approve"
+	EventGrant   = "grant"
+	EventDeny    = "deny"
+	EventExpire  = "expire"
+
+	// Machine, and Cluster for EventAgentCheckedIn.
+	EventProvision            = "provision"
+	EventRegister             = "register"
+	EventAgentCheckedIn       = "agent-checked-in"
+	EventPlanApplied          = "plan-applied"
+	EventPlanChanged          = "plan-changed"
+	EventPlanFixed            = "plan-fixed"
+	EventAgentSilent          = "agent-silent"
+	EventAgentReturned        = "agent-returned"
+	EventAgentReturnedMidPlan = "agent-returned-mid-plan"
+	EventPlanFailed           = "plan-failed"
+	EventDrain                = "drain"
+	EventDrained              = "drained"
+	EventFinalized            = "finalized"
+
+	// Cluster.
+	EventAwaitCheckIn     = "await-check-in"
+	EventMachineUnhealthy = "machine-unhealthy"
+	EventMachinesHealthy  = "machines-healthy"
+	EventDelete           = "delete"
+
+	// Token.
+	EventRevoke = "revoke"
+)
+
 // Registration is an agent's request to join: a person or policy approves
 // or denies it, the server grants it (issues the credentials), or it times
 // out. Granted, Denied and Expired are final.
 var Registration = define("ClusterRegistration", "Pending",
 	[]string{"Pending", "Approved", "Granted", "Denied", "Expired"},
 	[]transition{
-		{"approve", []string{"Pending"}, "Approved"},
-		{"grant", []string{"Approved"}, "Granted"},
-		{"deny", []string{"Pending", "Approved"}, "Denied"},
-		{"expire", []string{"Pending", "Approved"}, "Expired"},
+		{EventApprove, []string{"Pending"}, "Approved"},
+		{EventGrant, []string{"Approved"}, "Granted"},
+		{EventDeny, []string{"Pending", "Approved"}, "Denied"},
+		{EventExpire, []string{"Pending", "Approved"}, "Expired"},
 	})
 
 var machineStates = []string{
@@ -43,19 +79,19 @@ var machineStates = []string{
 //     Draining, Deleting or Deleted for any other state, so a machine being
 //     deleted can never run again (not even by plan-failed or plan-fixed).
 var Machine = define("Machine", "Pending", machineStates, []transition{
-	{"provision", []string{"Pending"}, "Provisioning"},
-	{"register", []string{"Pending", "Provisioning"}, "Registering"},
-	{"agent-checked-in", []string{"Registering"}, "Bootstrapping"},
-	{"plan-applied", []string{"Bootstrapping", "Updating"}, "Running"},
-	{"plan-changed", []string{"Running", "Updating"}, "Updating"},
-	{"plan-fixed", []string{"Failed"}, "Updating"},
-	{"agent-silent", []string{"Bootstrapping", "Running", "Updating"}, "Unavailable"},
-	{"agent-returned", []string{"Unavailable"}, "Running"},
-	{"agent-returned-mid-plan", []string{"Unavailable"}, "Updating"},
-	{"plan-failed", except(machineStates, "Failed", "Draining", "Deleting", "Deleted"), "Failed"},
-	{"drain", except(machineStates, "Draining", "Deleting", "Deleted"), "Draining"},
-	{"drained", []string{"Draining"}, "Deleting"},
-	{"finalized", []string{"Deleting"}, "Deleted"},
+	{EventProvision, []string{"Pending"}, "Provisioning"},
+	{EventRegister, []string{"Pending", "Provisioning"}, "Registering"},
+	{EventAgentCheckedIn, []string{"Registering"}, "Bootstrapping"},
+	{EventPlanApplied, []string{"Bootstrapping", "Updating"}, "Running"},
+	{EventPlanChanged, []string{"Running", "Updating"}, "Updating"},
+	{EventPlanFixed, []string{"Failed"}, "Updating"},
+	{EventAgentSilent, []string{"Bootstrapping", "Running", "Updating"}, "Unavailable"},
+	{EventAgentReturned, []string{"Unavailable"}, "Running"},
+	{EventAgentReturnedMidPlan, []string{"Unavailable"}, "Updating"},
+	{EventPlanFailed, except(machineStates, "Failed", "Draining", "Deleting", "Deleted"), "Failed"},
+	{EventDrain, except(machineStates, "Draining", "Deleting", "Deleted"), "Draining"},
+	{EventDrained, []string{"Draining"}, "Deleting"},
+	{EventFinalized, []string{"Deleting"}, "Deleted"},
 })
 
 // Cluster is a group of machines; its phase follows theirs. Deleting is
@@ -63,11 +99,11 @@ var Machine = define("Machine", "Pending", machineStates, []transition{
 var Cluster = define("Cluster", "Pending",
 	[]string{"Pending", "WaitCheckIn", "Active", "Degraded", "Deleting"},
 	[]transition{
-		{"await-check-in", []string{"Pending"}, "WaitCheckIn"},
-		{"agent-checked-in", []string{"WaitCheckIn"}, "Active"},
-		{"machine-unhealthy", []string{"Active"}, "Degraded"},
-		{"machines-healthy", []string{"Degraded"}, "Active"},
-		{"delete", []string{"Pending", "WaitCheckIn", "Active", "Degraded"}, "Deleting"},
+		{EventAwaitCheckIn, []string{"Pending"}, "WaitCheckIn"},
+		{EventAgentCheckedIn, []string{"WaitCheckIn"}, "Active"},
+		{EventMachineUnhealthy, []string{"Active"}, "Degraded"},
+		{EventMachinesHealthy, []string{"Degraded"}, "Active"},
+		{EventDelete, []string{"Pending", "WaitCheckIn", "Active", "Degraded"}, "Deleting"},
 	})
 
 // Token is a ClusterRegistrationToken: a join secret that stops working
@@ -75,8 +111,8 @@ var Cluster = define("Cluster", "Pending",
 var Token = define("ClusterRegistrationToken", "Active",
 	[]string{"Active", "Expired", "Revoked"},
 	[]transition{
-		{"expire", []string{"Active"}, "Expired"},
-		{"revoke", []string{"Active"}, "Revoked"},
+		{EventExpire, []string{"Active"}, "Expired"},
+		{EventRevoke, []string{"Active"}, "Revoked"},
 	})
 
 // All lists every definition, for tests and documentation.

@@ -32,6 +32,14 @@ var Cluster = Kind[*api.Cluster]{
 		}
 		return validateImmutable(c.Spec.ClientID, old.Spec.ClientID, field.NewPath("spec", "clientID"))
 	},
+	// The server alone writes a Cluster's status; the bounds keep a bug or
+	// an administrator's edit from storing what no one can read.
+	ValidateStatus: func(c, old *api.Cluster) field.ErrorList {
+		status := field.NewPath("status")
+		errs := validateMaxLen(c.Status.Reason, maxReasonBytes, status.Child("reason"))
+		errs = append(errs, validateMaxLen(c.Status.Message, maxMessageBytes, status.Child("message"))...)
+		return append(errs, validateConditions(c.Status.Conditions, old.Status.Conditions, status.Child("conditions"))...)
+	},
 	Columns: []metav1.TableColumnDefinition{
 		{Name: "Phase", Type: "string", Description: "Lifecycle state of the cluster."},
 		{Name: "Machines", Type: "integer", Description: "Machines in the cluster."},

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -56,18 +57,8 @@ var Machine = Kind[*api.Machine]{
 		errs = append(errs, validateImmutable(m.Spec.JoinToken, old.Spec.JoinToken, spec.Child("joinToken"))...)
 		return append(errs, validateImmutable(m.Spec.Driver, old.Spec.Driver, spec.Child("driver"))...)
 	},
-	ValidateStatus: func(m, _ *api.Machine) field.ErrorList {
-		status := field.NewPath("status")
-		var errs field.ErrorList
-		if !planStates[m.Status.PlanState] {
-			errs = append(errs, field.NotSupported(status.Child("planState"), m.Status.PlanState,
-				[]string{"pending", "in-progress", "succeeded", "failed"}))
-		}
-		errs = append(errs, validateAddresses(m.Status.Addresses, status.Child("addresses"))...)
-		errs = append(errs, validateMaxLen(m.Status.AgentVersion, maxVersionLen, status.Child("agentVersion"))...)
-		return append(errs, validateMaxLen(m.Status.Message, 4096, status.Child("message"))...)
-	},
-	AgentStatus: machineAgentStatus,
+	ValidateStatus: validateMachineStatus,
+	AgentStatus:    machineAgentStatus,
 	Columns: []metav1.TableColumnDefinition{
 		{Name: "Cluster", Type: "string", Description: "Cluster the machine belongs to."},
 		{Name: "Phase", Type: "string", Description: "Lifecycle state of the machine."},
@@ -82,4 +73,43 @@ var Machine = Kind[*api.Machine]{
 		}
 		return []interface{}{m.Spec.Cluster, string(m.Status.Phase), string(m.Status.PlanState), roles, since(m.Status.LastSeen)}
 	},
+}
+
+// validateMachineStatus bounds every field an agent may write to its
+// Machine's status (which fields it may write is the strategy's business).
+// A field the write leaves as stored is not checked again: a status stored
+// before these checks (forged by an agent) must not keep the server from
+// draining its Machine, and carrying a value over adds nothing.
+func validateMachineStatus(m, old *api.Machine) field.ErrorList {
+	status := field.NewPath("status")
+	cur, prev := &m.Status, &old.Status
+	reasonChanged := cur.Reason != prev.Reason
+	// Conditions and reason had no bound before; the other fields did.
+	unchangedBulk := apiequality.Semantic.DeepEqual(cur.Conditions, prev.Conditions) &&
+		(!reasonChanged || len(cur.Reason) <= maxReasonBytes)
+	if errs := validateStatusSize(cur, unchangedBulk, status); len(errs) > 0 {
+		return errs
+	}
+	var errs field.ErrorList
+	if !planStates[cur.PlanState] {
+		errs = append(errs, field.NotSupported(status.Child("planState"), cur.PlanState,
+			[]string{"pending", "in-progress", "succeeded", "failed"}))
+	}
+	if !apiequality.Semantic.DeepEqual(cur.Addresses, prev.Addresses) {
+		errs = append(errs, validateAddresses(cur.Addresses, status.Child("addresses"))...)
+	}
+	if cur.AgentVersion != prev.AgentVersion {
+		if len(cur.AgentVersion) > maxVersionLen {
+			errs = append(errs, field.TooLong(status.Child("agentVersion"), "", maxVersionLen))
+		} else if hasControl(cur.AgentVersion) {
+			errs = append(errs, field.Invalid(status.Child("agentVersion"), cur.AgentVersion, "must not contain control characters"))
+		}
+	}
+	if reasonChanged {
+		errs = append(errs, validateMaxLen(cur.Reason, maxReasonBytes, status.Child("reason"))...)
+	}
+	if cur.Message != prev.Message {
+		errs = append(errs, validateMaxLen(cur.Message, maxMessageBytes, status.Child("message"))...)
+	}
+	return append(errs, validateConditions(cur.Conditions, prev.Conditions, status.Child("conditions"))...)
 }

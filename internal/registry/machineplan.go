@@ -7,8 +7,12 @@ import (
 	"fmt"
 	"net/url"
 	"path"
+	"regexp"
+	"slices"
 	"strings"
+	"unicode/utf8"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -18,12 +22,43 @@ import (
 
 // Plan limits. A plan travels in one datastore row and to every watcher, so
 // it stays small; large payloads belong on a file server the plan points at.
+// The others refuse at admission what the agent could not carry out, so
+// that a plan fails with a 422 naming the field, not on the machine with
+// a reason that reaches only the agent's log.
 const (
-	maxPlanFileBytes   = 64 << 10
-	maxPlanTotalBytes  = 512 << 10
+	maxPlanFileBytes = 64 << 10
+	// maxPlanTotalBytes bounds all of a spec's strings together (file
+	// contents, paths, commands, arguments, environment, URLs): with the
+	// status bound (maxStatusBytes) it keeps a plan under maxObjectBytes.
+	maxPlanTotalBytes = 512 << 10
+	// maxPlanEntries bounds files, instructions and probes, each.
 	maxPlanEntries     = 64
 	maxTimeoutSeconds  = 24 * 60 * 60
 	defaultMaxFailures = 3
+	// maxFileMode: permission bits only. The agent sets a file's mode with
+	// os.FileMode(mode), in which 04000, 02000 and 01000 are not setuid,
+	// setgid and sticky: 04755 used to be written 0755 and reported succeeded.
+	maxFileMode = 0o777
+	// maxPathBytes is Linux's PATH_MAX.
+	maxPathBytes = 4096
+	// maxPathElementBytes: the agent writes ".<name>.muster-<up to 10
+	// digits>" beside the file and renames it, and that name must fit
+	// Linux's NAME_MAX of 255 bytes.
+	maxPathElementBytes = 255 - len("..muster-") - 10
+	maxCommandBytes     = 4096
+	// maxArgs and maxArgBytes stay well inside what exec accepts (128 KiB
+	// per argument on Linux); a longer script belongs in a plan file.
+	maxArgs     = 256
+	maxArgBytes = 32 << 10
+	maxEnv      = 64
+	maxEnvBytes = 4 << 10
+	maxURLBytes = 2048
+	// maxEntryNameLen bounds instruction and probe names: they key the
+	// output and probe lists of the status.
+	maxEntryNameLen = 63
+	// maxOutputBytes is what the agent keeps of an instruction's output
+	// and of a probe's failure message (internal/agent truncates to it).
+	maxOutputBytes = 4 << 10
 )
 
 // PlanChecksum is a plan's identity: the SHA-256 of its spec's JSON. The
@@ -78,39 +113,57 @@ var MachinePlan = Kind[*api.MachinePlan]{
 	},
 }
 
+// notUTF8 explains why a string must be UTF-8: objects travel as JSON, which
+// replaces invalid bytes, so the agent would get something else than was
+// written, and the plan another checksum. Only the server's own in-process
+// writes can carry such a string: the API decoder already replaced them.
+const notUTF8 = "must be valid UTF-8 text: objects travel as JSON, which would replace the invalid bytes"
+
+// rootDirs are directories at the root of every Linux system: a plan
+// file there would replace a directory, which the agent cannot do.
+var rootDirs = []string{"/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/media", "/mnt",
+	"/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var"}
+
+// envName is a POSIX-ish environment variable name.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
 func validatePlanSpec(p *api.MachinePlan) field.ErrorList {
 	spec := field.NewPath("spec")
 	var errs field.ErrorList
 	total := 0
+	count := func(ss ...string) {
+		for _, s := range ss {
+			total += len(s)
+		}
+	}
 	if len(p.Spec.Files) > maxPlanEntries {
 		errs = append(errs, field.TooMany(spec.Child("files"), len(p.Spec.Files), maxPlanEntries))
 	}
 	seen := map[string]bool{}
 	for i, f := range p.Spec.Files {
 		fp := spec.Child("files").Index(i)
-		switch {
-		case f.Path == "":
-			errs = append(errs, field.Required(fp.Child("path"), "an absolute path such as /etc/muster/config.yaml"))
-		case !path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path || strings.Contains(f.Path, "/../"):
-			errs = append(errs, field.Invalid(fp.Child("path"), f.Path,
-				"must be an absolute, clean path (no relative parts, no '..', no trailing '/')"))
-		case seen[f.Path]:
+		if pathErrs := validatePlanPath(f.Path, fp.Child("path")); len(pathErrs) > 0 {
+			errs = append(errs, pathErrs...)
+		} else if seen[f.Path] {
 			errs = append(errs, field.Duplicate(fp.Child("path"), f.Path))
 		}
 		seen[f.Path] = true
 		if len(f.Content) > maxPlanFileBytes {
 			errs = append(errs, field.TooLong(fp.Child("content"), "", maxPlanFileBytes))
+		} else if !utf8.ValidString(f.Content) {
+			errs = append(errs, field.Invalid(fp.Child("content"), "<content>", notUTF8+
+				"; for a binary file, carry it base64-encoded and decode it with an instruction"))
 		}
-		total += len(f.Content)
-		if f.Mode < 0 || f.Mode > 0o7777 {
-			errs = append(errs, field.Invalid(fp.Child("mode"), f.Mode, "must be permission bits between 0 and 07777 (4095)"))
+		count(f.Path, f.Content)
+		if f.Mode < 0 || f.Mode > maxFileMode {
+			errs = append(errs, field.Invalid(fp.Child("mode"), fmt.Sprintf("%#o", f.Mode),
+				"must be permission bits between 0 and 0777 (511 in decimal): setuid, setgid and sticky bits "+
+					"(04000, 02000, 01000) are refused because the agent writes permission bits only; "+
+					"set them with an instruction (chmod) if the file needs them"))
 		}
 		if f.Delete && f.Content != "" {
 			errs = append(errs, field.Invalid(fp.Child("content"), "<content>", "must be empty when delete is true"))
 		}
-	}
-	if total > maxPlanTotalBytes {
-		errs = append(errs, field.TooLong(spec.Child("files"), "", maxPlanTotalBytes))
 	}
 	if len(p.Spec.Instructions) > maxPlanEntries {
 		errs = append(errs, field.TooMany(spec.Child("instructions"), len(p.Spec.Instructions), maxPlanEntries))
@@ -119,15 +172,16 @@ func validatePlanSpec(p *api.MachinePlan) field.ErrorList {
 	for i, in := range p.Spec.Instructions {
 		ip := spec.Child("instructions").Index(i)
 		errs = append(errs, validateEntryName(in.Name, names, ip.Child("name"))...)
-		if in.Command == "" {
-			errs = append(errs, field.Required(ip.Child("command"), "the program to run"))
-		}
+		errs = append(errs, validateCommand(in.Command, ip.Child("command"))...)
+		errs = append(errs, validateArgs(in.Args, ip.Child("args"))...)
+		errs = append(errs, validateEnv(in.Env, ip.Child("env"))...)
 		errs = append(errs, validateTimeout(in.TimeoutSeconds, ip.Child("timeoutSeconds"))...)
-		for j, e := range in.Env {
-			if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
-				errs = append(errs, field.Invalid(ip.Child("env").Index(j), e, `must be "NAME=value"`))
-			}
-		}
+		count(in.Command)
+		count(in.Args...)
+		count(in.Env...)
+	}
+	if len(p.Spec.Probes) > maxPlanEntries {
+		errs = append(errs, field.TooMany(spec.Child("probes"), len(p.Spec.Probes), maxPlanEntries))
 	}
 	probeNames := map[string]bool{}
 	for i, pr := range p.Spec.Probes {
@@ -139,29 +193,148 @@ func validatePlanSpec(p *api.MachinePlan) field.ErrorList {
 		case pr.HTTPGet != nil && pr.Exec != nil:
 			errs = append(errs, field.Forbidden(pp, "exactly one probe type may be set: httpGet or exec, not both"))
 		case pr.HTTPGet != nil:
-			if u, err := url.Parse(pr.HTTPGet.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			count(pr.HTTPGet.URL)
+			if len(pr.HTTPGet.URL) > maxURLBytes {
+				errs = append(errs, field.TooLong(pp.Child("httpGet", "url"), "", maxURLBytes))
+			} else if u, err := url.Parse(pr.HTTPGet.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				errs = append(errs, field.Invalid(pp.Child("httpGet", "url"), pr.HTTPGet.URL, "must be an http:// or https:// URL"))
 			}
-		case pr.Exec != nil && pr.Exec.Command == "":
-			errs = append(errs, field.Required(pp.Child("exec", "command"), "the program to run"))
+		case pr.Exec != nil:
+			errs = append(errs, validateCommand(pr.Exec.Command, pp.Child("exec", "command"))...)
+			errs = append(errs, validateArgs(pr.Exec.Args, pp.Child("exec", "args"))...)
+			count(pr.Exec.Command)
+			count(pr.Exec.Args...)
 		}
 		errs = append(errs, validateTimeout(pr.TimeoutSeconds, pp.Child("timeoutSeconds"))...)
-		errs = append(errs, validateNonNegative(pr.PeriodSeconds, pp.Child("periodSeconds"))...)
+		errs = append(errs, validateTimeout(pr.PeriodSeconds, pp.Child("periodSeconds"))...)
 		errs = append(errs, validateNonNegative(pr.SuccessThreshold, pp.Child("successThreshold"))...)
 		errs = append(errs, validateNonNegative(pr.FailureThreshold, pp.Child("failureThreshold"))...)
+	}
+	if total > maxPlanTotalBytes {
+		errs = append(errs, field.Invalid(spec, fmt.Sprintf("%d bytes", total), fmt.Sprintf(
+			"file contents, paths, commands, arguments, environment and URLs together may be at most %d bytes (512 KiB): "+
+				"let the plan download large files instead", maxPlanTotalBytes)))
 	}
 	return append(errs, validateNonNegative(p.Spec.MaxFailures, spec.Child("maxFailures"))...)
 }
 
-func validateEntryName(name string, seen map[string]bool, path *field.Path) field.ErrorList {
-	if name == "" {
-		return field.ErrorList{field.Required(path, "names the entry in reported status")}
+// validatePlanPath accepts an absolute, clean path to a file the agent can
+// write by creating a temporary file beside it and renaming it into place.
+func validatePlanPath(p string, fld *field.Path) field.ErrorList {
+	switch {
+	case p == "":
+		return field.ErrorList{field.Required(fld, "an absolute path such as /etc/muster/config.yaml")}
+	case len(p) > maxPathBytes:
+		return field.ErrorList{field.TooLong(fld, "", maxPathBytes)}
+	case strings.IndexByte(p, 0) >= 0:
+		return field.ErrorList{field.Invalid(fld, p, "must not contain a NUL byte: no file system accepts it in a path")}
+	case hasControl(p):
+		return field.ErrorList{field.Invalid(fld, p, "must not contain control characters (newline, tab, escape...)")}
+	case !utf8.ValidString(p):
+		return field.ErrorList{field.Invalid(fld, p, notUTF8)}
+	case !path.IsAbs(p) || path.Clean(p) != p:
+		return field.ErrorList{field.Invalid(fld, p,
+			"must be an absolute, clean path (no relative parts, no '..', no trailing '/')")}
+	case p == "/":
+		return field.ErrorList{field.Invalid(fld, p, "must name a file, not the root directory: e.g. /etc/muster/config.yaml")}
+	case slices.Contains(rootDirs, p):
+		return field.ErrorList{field.Invalid(fld, p,
+			"names a directory every Linux system has, which the agent cannot replace with a file: name a file inside it, e.g. "+p+"/muster.conf")}
+	case strings.HasPrefix(p, "/proc/") || strings.HasPrefix(p, "/sys/"):
+		return field.ErrorList{field.Invalid(fld, p,
+			"is on /proc or /sys, where the agent cannot create the temporary file it renames into place: "+
+				"change kernel settings with an instruction instead (e.g. sysctl -w, or a file in /etc/sysctl.d)")}
 	}
-	if seen[name] {
+	for _, elem := range strings.Split(p[1:], "/") {
+		if len(elem) > maxPathElementBytes {
+			return field.ErrorList{field.Invalid(fld, p, fmt.Sprintf(
+				"has a path element of %d bytes; at most %d are allowed, so that the agent's temporary file beside it fits the 255-byte limit of file names",
+				len(elem), maxPathElementBytes))}
+		}
+	}
+	return nil
+}
+
+// validateCommand accepts a program as exec runs it: an absolute path, or
+// a name looked up on the agent's PATH.
+func validateCommand(cmd string, fld *field.Path) field.ErrorList {
+	switch {
+	case cmd == "":
+		return field.ErrorList{field.Required(fld, "the program to run, e.g. /usr/bin/systemctl or systemctl")}
+	case len(cmd) > maxCommandBytes:
+		return field.ErrorList{field.TooLong(fld, "", maxCommandBytes)}
+	case hasControl(cmd):
+		return field.ErrorList{field.Invalid(fld, cmd, "must not contain NUL bytes or other control characters; arguments go in args")}
+	case !utf8.ValidString(cmd):
+		return field.ErrorList{field.Invalid(fld, cmd, notUTF8)}
+	case strings.Contains(cmd, "/") && !path.IsAbs(cmd):
+		return field.ErrorList{field.Invalid(fld, cmd,
+			"must be an absolute path (e.g. /usr/bin/systemctl) or a program name looked up on the agent's PATH (e.g. systemctl): "+
+				"a relative path would depend on the agent's working directory")}
+	}
+	return nil
+}
+
+func validateArgs(args []string, fld *field.Path) field.ErrorList {
+	if len(args) > maxArgs {
+		return field.ErrorList{field.TooMany(fld, len(args), maxArgs)}
+	}
+	var errs field.ErrorList
+	for i, a := range args {
+		switch {
+		case len(a) > maxArgBytes:
+			errs = append(errs, field.TooLong(fld.Index(i), "", maxArgBytes))
+		case strings.IndexByte(a, 0) >= 0:
+			errs = append(errs, field.Invalid(fld.Index(i), a,
+				"must not contain a NUL byte: a program's arguments end at the first one, so the agent cannot pass it"))
+		case !utf8.ValidString(a):
+			errs = append(errs, field.Invalid(fld.Index(i), a, notUTF8))
+		}
+	}
+	return errs
+}
+
+func validateEnv(env []string, fld *field.Path) field.ErrorList {
+	if len(env) > maxEnv {
+		return field.ErrorList{field.TooMany(fld, len(env), maxEnv)}
+	}
+	var errs field.ErrorList
+	seen := map[string]bool{}
+	for i, e := range env {
+		name, _, ok := strings.Cut(e, "=")
+		switch {
+		case len(e) > maxEnvBytes:
+			errs = append(errs, field.TooLong(fld.Index(i), "", maxEnvBytes))
+		case !ok || !envName.MatchString(name):
+			errs = append(errs, field.Invalid(fld.Index(i), e,
+				`must be "NAME=value" where NAME is letters, digits and '_' and does not start with a digit`))
+		case strings.IndexByte(e, 0) >= 0:
+			errs = append(errs, field.Invalid(fld.Index(i), e,
+				"must not contain a NUL byte: the environment is NUL-separated, so the agent cannot pass it"))
+		case !utf8.ValidString(e):
+			errs = append(errs, field.Invalid(fld.Index(i), e, notUTF8))
+		case seen[name]:
+			errs = append(errs, field.Duplicate(fld.Index(i), name))
+		}
+		seen[name] = true
+	}
+	return errs
+}
+func validateEntryName(name string, seen map[string]bool, path *field.Path) field.ErrorList {
+	switch {
+	case name == "":
+		return field.ErrorList{field.Required(path, "names the entry in reported status")}
+	case len(name) > maxEntryNameLen:
+		return field.ErrorList{field.TooLong(path, "", maxEntryNameLen)}
+	case hasControl(name):
+		return field.ErrorList{field.Invalid(path, name, "must not contain NUL bytes or other control characters")}
+	case !utf8.ValidString(name):
+		return field.ErrorList{field.Invalid(path, name, notUTF8)}
+	case seen[name]:
 		return field.ErrorList{field.Duplicate(path, name)}
 	}
 	seen[name] = true
-	return validateMaxLen(name, 63, path)
+	return nil
 }
 
 func validateTimeout(seconds int32, path *field.Path) field.ErrorList {
@@ -171,16 +344,93 @@ func validateTimeout(seconds int32, path *field.Path) field.ErrorList {
 	return nil
 }
 
-func validatePlanStatus(p, _ *api.MachinePlan) field.ErrorList {
+func validatePlanStatus(p, old *api.MachinePlan) field.ErrorList {
 	status := field.NewPath("status")
+	// First the size: it bounds the work below, and keeps a huge value out
+	// of the error message.
+	// Output and probes had no count bound before; the others are small.
+	unchangedBulk := apiequality.Semantic.DeepEqual(p.Status.Output, old.Status.Output) &&
+		apiequality.Semantic.DeepEqual(p.Status.Probes, old.Status.Probes)
+	if errs := validateStatusSize(p.Status, unchangedBulk, status); len(errs) > 0 {
+		return errs
+	}
 	var errs field.ErrorList
 	if !planStates[p.Status.State] {
 		errs = append(errs, field.NotSupported(status.Child("state"), p.Status.State,
 			[]string{"pending", "in-progress", "succeeded", "failed"}))
 	}
+	// Checked when written, so that a value stored before this check does
+	// not block the agent's next report, which carries it over.
+	if p.Status.Checksum != old.Status.Checksum {
+		errs = append(errs, validateChecksum(p.Status.Checksum, status.Child("checksum"))...)
+	}
+	if p.Status.AppliedChecksum != old.Status.AppliedChecksum {
+		errs = append(errs, validateChecksum(p.Status.AppliedChecksum, status.Child("appliedChecksum"))...)
+	}
 	errs = append(errs, validateNonNegative(p.Status.FailureCount, status.Child("failureCount"))...)
-	for i, o := range p.Status.Output {
-		errs = append(errs, validateMaxLen(o.Output, 4096, status.Child("output").Index(i).Child("output"))...)
+	// Output and probes the report carries over unchanged were checked
+	// when written, or predate the checks (see validateStatusSize).
+	if !apiequality.Semantic.DeepEqual(p.Status.Output, old.Status.Output) {
+		errs = append(errs, validateOutputs(p.Status.Output, status.Child("output"))...)
+	}
+	if !apiequality.Semantic.DeepEqual(p.Status.Probes, old.Status.Probes) {
+		errs = append(errs, validateProbeStatuses(p.Status.Probes, status.Child("probes"))...)
 	}
 	return errs
+}
+
+func validateOutputs(outputs []api.InstructionOutput, path *field.Path) field.ErrorList {
+	if len(outputs) > maxPlanEntries {
+		return field.ErrorList{field.TooMany(path, len(outputs), maxPlanEntries)}
+	}
+	var errs field.ErrorList
+	names := map[string]bool{}
+	for i, o := range outputs {
+		errs = append(errs, validateReportedName(o.Name, names, path.Index(i).Child("name"))...)
+		errs = append(errs, validateMaxLen(o.Output, maxOutputBytes, path.Index(i).Child("output"))...)
+	}
+	return errs
+}
+
+func validateProbeStatuses(probes []api.ProbeStatus, path *field.Path) field.ErrorList {
+	if len(probes) > maxPlanEntries {
+		return field.ErrorList{field.TooMany(path, len(probes), maxPlanEntries)}
+	}
+	var errs field.ErrorList
+	names := map[string]bool{}
+	for i, pr := range probes {
+		errs = append(errs, validateReportedName(pr.Name, names, path.Index(i).Child("name"))...)
+		errs = append(errs, validateMaxLen(pr.Message, maxOutputBytes, path.Index(i).Child("message"))...)
+	}
+	return errs
+}
+
+// validateReportedName checks the name of a status entry, which the agent
+// copies from the spec: present, unique and bounded, without the spec's
+// character rules, so that a plan stored before them can still report.
+func validateReportedName(name string, seen map[string]bool, fld *field.Path) field.ErrorList {
+	switch {
+	case name == "":
+		return field.ErrorList{field.Required(fld, "the name of the spec's instruction or probe")}
+	case len(name) > maxEntryNameLen:
+		return field.ErrorList{field.TooLong(fld, "", maxEntryNameLen)}
+	case seen[name]:
+		return field.ErrorList{field.Duplicate(fld, name)}
+	}
+	seen[name] = true
+	return nil
+}
+
+var checksumPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// validateChecksum accepts a plan checksum (PlanChecksum: 64 lowercase hex
+// digits) or nothing.
+func validateChecksum(sum string, fld *field.Path) field.ErrorList {
+	if sum == "" || checksumPattern.MatchString(sum) {
+		return nil
+	}
+	if len(sum) > 64 {
+		return field.ErrorList{field.TooLong(fld, "", 64)}
+	}
+	return field.ErrorList{field.Invalid(fld, sum, "must be empty or a plan checksum: 64 lowercase hex digits (SHA-256)")}
 }

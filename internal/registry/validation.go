@@ -1,11 +1,14 @@
 package registry
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"strings"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -116,11 +119,83 @@ func validateAddresses(addrs []api.MachineAddress, path *field.Path) field.Error
 	}
 	var errs field.ErrorList
 	for i, a := range addrs {
+		ap := path.Index(i).Child("address")
 		if !addressTypes[a.Type] {
 			errs = append(errs, field.NotSupported(path.Index(i).Child("type"), a.Type,
 				[]string{"Hostname", "InternalIP", "ExternalIP"}))
 		}
-		errs = append(errs, validateMaxLen(a.Address, 253, path.Index(i).Child("address"))...)
+		switch {
+		case len(a.Address) > 253:
+			errs = append(errs, field.TooLong(ap, "", 253))
+		case a.Address == "":
+			errs = append(errs, field.Required(ap, "a host name or an IP address"))
+		case a.Type != api.MachineHostName && net.ParseIP(a.Address) == nil:
+			errs = append(errs, field.Invalid(ap, a.Address, "must be an IP address, e.g. 10.0.0.7 or fd00::7"))
+		case strings.ContainsFunc(a.Address, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+			errs = append(errs, field.Invalid(ap, a.Address, "must not contain spaces or control characters"))
+		}
+	}
+	return errs
+}
+
+// hasControl reports whether s holds an ASCII control character (NUL,
+// newline, tab, escape, DEL...): none belongs in a name, a path or a
+// program, and they hide what a value really is when a person reads it.
+func hasControl(s string) bool {
+	return strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f })
+}
+
+// Status limits. An agent writes its Machine's and its MachinePlan's status
+// with its own certificate, so every field it can write is bounded: without
+// bounds one agent grew the datastore by 19 MB in 1.4 s (issue 13).
+const (
+	// maxStatusBytes bounds an agent-writable status, encoded as stored:
+	// a plan's output (64 entries of 4 KiB) and probes fit with room.
+	maxStatusBytes = 256 << 10
+	// maxConditions bounds a status's conditions: each is one kind of
+	// observation, and a machine has a handful.
+	maxConditions = 16
+	// maxConditionMessageBytes bounds a condition's message (apimachinery
+	// allows 32 KiB, which 16 conditions would turn into 512 KiB).
+	maxConditionMessageBytes = 4 << 10
+	// maxMessageBytes and maxReasonBytes bound status.message and status.reason.
+	maxMessageBytes = 4 << 10
+	maxReasonBytes  = 1 << 10
+)
+
+// validateStatusSize refuses a status larger than maxStatusBytes encoded,
+// unless unchangedBulk: the caller's word that the write left as stored
+// every field that had no bound before this one (conditions, output...).
+// A status stored before the bound existed must not stop the server from
+// moving its object on (a Machine that could not be drained), and a write
+// that changes only bounded fields cannot make it grow without bound.
+func validateStatusSize(status interface{}, unchangedBulk bool, path *field.Path) field.ErrorList {
+	b, err := json.Marshal(status)
+	if err != nil {
+		return field.ErrorList{field.InternalError(path, err)}
+	}
+	if len(b) <= maxStatusBytes || unchangedBulk {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(path, fmt.Sprintf("%d bytes", len(b)), fmt.Sprintf(
+		"a status may be at most %d bytes (256 KiB) encoded: report less (conditions, messages, output)", maxStatusBytes))}
+}
+
+// validateConditions is apimachinery's check (type a qualified name,
+// status True/False/Unknown, reason CamelCase, transition time set, no
+// duplicate types) with muster's tighter bounds.
+// Conditions the write leaves as stored are not checked again (ratcheting,
+// as kube-apiserver does), for the same reason as validateStatusSize.
+func validateConditions(conds, old []metav1.Condition, path *field.Path) field.ErrorList {
+	if apiequality.Semantic.DeepEqual(conds, old) {
+		return nil
+	}
+	if len(conds) > maxConditions {
+		return field.ErrorList{field.TooMany(path, len(conds), maxConditions)}
+	}
+	errs := metav1validation.ValidateConditions(conds, path)
+	for i, c := range conds {
+		errs = append(errs, validateMaxLen(c.Message, maxConditionMessageBytes, path.Index(i).Child("message"))...)
 	}
 	return errs
 }

@@ -235,7 +235,7 @@ func createRegistration(ctx context.Context, c clientset.Interface, node string,
 	r := &api.ClusterRegistration{
 		ObjectMeta: metav1.ObjectMeta{Name: api.RegistrationName(clientID, random)},
 		Spec: api.ClusterRegistrationSpec{ClientID: clientID, ClientRandom: random, NodeName: node, CSR: csr,
-			NodePassword: strings.Repeat("0123456789abcdef", 2)},
+			NodePassword: "3f9c2a7e0b14d85c6e2f91a0c47b3d58"},
 	}
 	mutate(r)
 	_, err = c.MusterV1alpha1().ClusterRegistrations().Create(ctx, r, metav1.CreateOptions{})
