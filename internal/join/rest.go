@@ -74,7 +74,7 @@ func (r *registrationREST) Create(ctx context.Context, obj runtime.Object, creat
 		if err != nil {
 			return nil, err
 		}
-		if err := registry.StartAt(fsm.Registration, reg, "AutoApproved", "approve", "grant"); err != nil {
+		if err := registry.StartAt(fsm.Registration, reg, "AutoApproved", fsm.EventApprove, fsm.EventGrant); err != nil {
 			return nil, apierrors.NewInternalError(err)
 		}
 		reg.Status.Transitions[1].Reason = "Granted"

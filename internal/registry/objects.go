@@ -139,7 +139,7 @@ func (o *Objects) UseToken(ctx context.Context, name string, maxUses int32) (ok 
 // RegisterMachine creates the Machine of an agent that has just registered:
 // a custom machine starts Registering (SPEC §6.5), its history saying so.
 func (o *Objects) RegisterMachine(ctx context.Context, m *api.Machine) (*api.Machine, error) {
-	if err := startAt(fsm.Machine, m, "AgentRegistered", "register"); err != nil {
+	if err := startAt(fsm.Machine, m, "AgentRegistered", fsm.EventRegister); err != nil {
 		return nil, err
 	}
 	return create(ctx, o.machines, m)
