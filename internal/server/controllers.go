@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/muster-io/muster/internal/apiserver"
 	"github.com/muster-io/muster/internal/identity"
 	"github.com/muster-io/muster/internal/leader"
 	"github.com/muster-io/muster/internal/lifecycle"
@@ -49,8 +50,8 @@ type controllers struct {
 	self     string
 	address  string
 	peerTLS  *tls.Config
-	tokens   *registration.TokenAuthenticator
-	rules    *registration.Authorizer
+	tokens   *apiserver.TokenAuthenticator
+	rules    *apiserver.AgentAuthorizer
 	liveness *lifecycle.Tracker
 	client   versioned.Interface
 	factory  informers.SharedInformerFactory

@@ -113,9 +113,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	tokens := registration.NewTokenAuthenticator()
+	tokens := apiserver.NewTokenAuthenticator()
 	liveness := lifecycle.NewTracker()
-	registrationRules := &registration.Authorizer{}
+	registrationRules := &apiserver.AgentAuthorizer{}
 	api, err := apiserver.New(apiserver.Config{
 		BindAddress:                 bind,
 		Port:                        cfg.HTTPSPort,

@@ -1,7 +1,4 @@
-// Package registration is the server side of joining (SPEC §6): the join
-// token authenticator, the authorizer rules for bootstrap callers and
-// machines, and the controller that grants registrations.
-package registration
+package apiserver
 
 import (
 	"context"
