@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,6 +25,16 @@ import (
 type AgentAuthorizer struct {
 	client atomic.Pointer[versioned.Interface]
 	cache  atomic.Pointer[authzCache]
+	ready  chan struct{}
+	once   sync.Once
+	// requests are the machines' requests in flight, ended when their
+	// certificate is voided.
+	requests *agentRequests
+}
+
+// NewAgentAuthorizer returns an authorizer that answers only once SetListers has run.
+func NewAgentAuthorizer() *AgentAuthorizer {
+	return &AgentAuthorizer{ready: make(chan struct{}), requests: newAgentRequests()}
 }
 
 // authzCache is what the authorizer reads before asking the datastore: an
@@ -44,7 +55,13 @@ func (a *AgentAuthorizer) SetClient(c versioned.Interface) { a.client.Store(&c) 
 // (milliseconds; at most the datastore poll interval in HA).
 func (a *AgentAuthorizer) SetListers(machines listers.MachineLister, registrations listers.ClusterRegistrationLister) {
 	a.cache.Store(&authzCache{machines: machines, registrations: registrations})
+	a.once.Do(func() { close(a.ready) })
 }
+
+// Ready is closed once the caches are loaded; until then the request gate
+// holds machines' requests or answers 503, so that a restarting server
+// does not send a fleet's worth of reads to the datastore.
+func (a *AgentAuthorizer) Ready() <-chan struct{} { return a.ready }
 
 func (a *AgentAuthorizer) getMachine(ctx context.Context, c versioned.Interface, name, uid string) (*api.Machine, error) {
 	if cache := a.cache.Load(); cache != nil {

@@ -82,16 +82,19 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 	tokenInformer := v.ClusterRegistrationTokens()
 	tokenInformer.Informer()
 	machines, registrations := v.Machines(), v.ClusterRegistrations()
-	machines.Informer()
 	registrations.Informer()
 	c.rules.SetClient(client)
+	// Every server ends the requests of a voided machine certificate.
+	if err := c.rules.VoidOnMachineChange(machines.Informer()); err != nil {
+		return err
+	}
 	factory.Start(ctx.Done())
 	// The hook returns (and /readyz turns ready) only once every join token
 	// is in the cache, so a valid token is never refused during start-up.
 	if !cache.WaitForCacheSync(ctx.Done(), tokenInformer.Informer().HasSynced) {
 		return fmt.Errorf("join tokens could not be loaded from the datastore")
 	}
-	c.tokens.SetLister(tokenInformer.Lister(), client)
+	c.tokens.SetLister(tokenInformer.Lister())
 	// The authorizer reads through to the datastore until its caches fill.
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), machines.Informer().HasSynced, registrations.Informer().HasSynced) {

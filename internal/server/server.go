@@ -12,7 +12,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
@@ -115,7 +114,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	tokens := apiserver.NewTokenAuthenticator()
 	liveness := lifecycle.NewTracker()
-	registrationRules := &apiserver.AgentAuthorizer{}
+	registrationRules := apiserver.NewAgentAuthorizer()
 	api, err := apiserver.New(apiserver.Config{
 		BindAddress:                 bind,
 		Port:                        cfg.HTTPSPort,
@@ -126,7 +125,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Storage:                     ds.Transport(),
 		CompactionInterval:          store.APIServerCompactionInterval,
 		Tokens:                      tokens,
-		AuthorizationRules:          []authorizer.AuthorizerFunc{registrationRules.Authorize},
+		Agents:                      registrationRules,
 		ObserveCaller:               liveness.Observe,
 		MaxRequestsInFlight:         cfg.MaxRequestsInFlight,
 		MaxMutatingRequestsInFlight: cfg.MaxMutatingRequestsInFlight,
