@@ -89,4 +89,3 @@ func TestCapWatchTimeout(t *testing.T) {
 		}
 	}
 }
-
