@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 
+	"github.com/muster-io/muster/internal/pgtest"
 	clientset "github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
 
@@ -75,8 +76,20 @@ func TestRestartNeverRefusesValidToken(t *testing.T) {
 // TestVoidedCertificateEndsWatches (finding 14): watches opened with a
 // machine's certificate end when the Machine is deleted, and never stream
 // the next Machine of the same name (another UID) or its plan's contents.
+// On PostgreSQL the watches are held on a second server of the deployment
+// and the Machine is deleted through the first.
 func TestVoidedCertificateEndsWatches(t *testing.T) {
-	s := startServer(t, "")
+	t.Run("sqlite", func(t *testing.T) {
+		s := startServer(t, "")
+		voidedCertificateEndsWatches(t, s, s)
+	})
+	t.Run("postgres-ha", func(t *testing.T) {
+		servers := startHA(t, pgtest.DSN(t), 2)
+		voidedCertificateEndsWatches(t, servers[0], servers[1])
+	})
+}
+
+func voidedCertificateEndsWatches(t *testing.T, s, watched *server) {
 	token := newToken(t, s)
 	oldDir := t.TempDir()
 	a := startAgent(t, s, oldDir, "--token", token, "--node-name", "node1")
@@ -86,7 +99,7 @@ func TestVoidedCertificateEndsWatches(t *testing.T) {
 	a.kill()
 
 	caPEM, _ := os.ReadFile(filepath.Join(s.dataDir, "tls", "ca.crt"))
-	stolen := clientset.NewForConfigOrDie(&rest.Config{Host: s.url(), TLSClientConfig: rest.TLSClientConfig{
+	stolen := clientset.NewForConfigOrDie(&rest.Config{Host: watched.url(), TLSClientConfig: rest.TLSClientConfig{
 		CAData: caPEM, CertFile: filepath.Join(oldDir, "client.crt"), KeyFile: filepath.Join(oldDir, "client.key")}})
 	ctx := context.Background()
 	long := int64(3600)
