@@ -95,7 +95,9 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 		return fmt.Errorf("join tokens could not be loaded from the datastore")
 	}
 	c.tokens.SetLister(tokenInformer.Lister())
-	// The authorizer reads through to the datastore until its caches fill.
+	// Machines' requests wait in the request gate until these caches fill
+	// (a restarted server would otherwise send a fleet's reads to the
+	// datastore); a join token's reads go through to it meanwhile.
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), machines.Informer().HasSynced, registrations.Informer().HasSynced) {
 			c.rules.SetListers(machines.Lister(), registrations.Lister())
