@@ -21,6 +21,18 @@ const (
 	// credentialHold is how long a request waits for the data that judges
 	// its credential while a server starts, before it is answered 503.
 	credentialHold = 5 * time.Second
+	// unknownTokenRecheck is how long a join token that is not in the
+	// cache waits before it is looked up once more and refused. A token
+	// created through another server of an HA deployment reaches this
+	// server's cache within one datastore poll (100 ms by default on
+	// PostgreSQL); waiting lets it in instead of refusing it. Every
+	// refusal waits the same, a known id with a wrong secret as an unknown
+	// id, so the wait tells nothing, and it slows guessing.
+	unknownTokenRecheck = time.Second
+	// maxRechecking bounds the refusals waiting at once, so that a flood
+	// of bad tokens from many addresses holds bounded memory; past it a
+	// bad token is answered 429 at once.
+	maxRechecking = 1024
 	// AuthFailureLimit failed join-token authentications from one client
 	// address within AuthFailureWindow make the server refuse that
 	// address's join tokens (429) until the window ends. A fleet behind
@@ -50,7 +62,10 @@ type credentialGate struct {
 	loopback string
 	failures *failureLimiter
 	hold     time.Duration
-	refuse   func(http.ResponseWriter, *http.Request, error)
+	recheck  time.Duration
+	// rechecking holds a slot per refusal waiting for its second look.
+	rechecking chan struct{}
+	refuse     func(http.ResponseWriter, *http.Request, error)
 }
 
 func (g *credentialGate) wrap(next http.Handler) http.Handler {
@@ -67,7 +82,12 @@ func (g *credentialGate) wrap(next http.Handler) http.Handler {
 				g.refuse(w, r, starting("join tokens"))
 				return
 			}
-			if _, ok, err := g.tokens.AuthenticateToken(r.Context(), token); err == nil && !ok {
+			known, busy := g.authenticates(r.Context(), token)
+			if busy {
+				g.refuse(w, r, apierrors.NewTooManyRequests("too many failed join-token authentications at once: retry in a second with a valid token", 1))
+				return
+			}
+			if !known {
 				g.failures.record(client)
 				g.refuse(w, r, apierrors.NewUnauthorized("Unauthorized: this join token is not known to the server (wrong, mistyped or deleted); check it, or create one with 'muster-server token create'"))
 				return
@@ -80,6 +100,30 @@ func (g *credentialGate) wrap(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// authenticates reports whether token is a join token this server knows,
+// looking twice, recheck apart, before it says no; busy when too many
+// refusals are waiting already.
+func (g *credentialGate) authenticates(ctx context.Context, token string) (known, busy bool) {
+	if _, ok, err := g.tokens.AuthenticateToken(ctx, token); ok || err != nil {
+		return true, false // an error is the chain's to answer
+	}
+	select {
+	case g.rechecking <- struct{}{}:
+		defer func() { <-g.rechecking }()
+	default:
+		return false, true
+	}
+	t := time.NewTimer(g.recheck)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return false, false
+	}
+	_, ok, err := g.tokens.AuthenticateToken(ctx, token)
+	return ok || err != nil, false
 }
 
 func (g *credentialGate) await(ctx context.Context, ready <-chan struct{}) bool {

@@ -82,7 +82,7 @@ func TestCredentialGate(t *testing.T) {
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served++; w.WriteHeader(http.StatusOK) })
 	newGate := func() *credentialGate {
 		return &credentialGate{tokens: NewTokenAuthenticator(), agents: NewAgentAuthorizer(), loopback: "loopback-secret",
-			failures: newFailureLimiter(3, time.Minute), hold: 50 * time.Millisecond,
+			failures: newFailureLimiter(3, time.Minute), hold: 50 * time.Millisecond, recheck: 10 * time.Millisecond, rechecking: make(chan struct{}, 4),
 			refuse: func(w http.ResponseWriter, _ *http.Request, err error) {
 				status := apierrors.APIStatus(nil)
 				if s, ok := err.(apierrors.APIStatus); ok {
@@ -128,6 +128,20 @@ func TestCredentialGate(t *testing.T) {
 		t.Errorf("held request: %d, want it served once the tokens loaded", code)
 	}
 
+	// A token that reaches the cache while the first lookup's refusal
+	// waits (created through another server) is let in.
+	g.recheck = time.Second
+	go func() { done <- send(g, "fresh1."+secret, "10.0.0.4").Code }()
+	time.Sleep(50 * time.Millisecond)
+	g.tokens.SetLister(tokenLister(t, &api.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Name: "abcdef"},
+		Spec: api.ClusterRegistrationTokenSpec{SecretHash: jointoken.HashSecret(secret)}},
+		&api.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Name: "fresh1"},
+			Spec: api.ClusterRegistrationTokenSpec{SecretHash: jointoken.HashSecret(secret)}}))
+	if code := <-done; code != http.StatusOK {
+		t.Errorf("a token that arrived during the recheck wait: %d, want 200", code)
+	}
+	g.recheck = 10 * time.Millisecond
+
 	// Failures per address: 401 up to the limit, then 429 for that address only.
 	for i, want := range []int{401, 401, 401, 429, 429} {
 		if w := send(g, "zzzzzz."+secret, "10.0.0.2"); w.Code != want {
@@ -139,6 +153,14 @@ func TestCredentialGate(t *testing.T) {
 	}
 	if w := send(g, "abcdef."+secret, "10.0.0.3"); w.Code != http.StatusOK {
 		t.Errorf("another address: %d, want 200", w.Code)
+	}
+
+	// While every recheck slot is taken, a bad token is answered 429 at once.
+	for i := 0; i < cap(g.rechecking); i++ {
+		g.rechecking <- struct{}{}
+	}
+	if w := send(g, "zzzzzz."+secret, "10.0.0.5"); w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
+		t.Errorf("with every recheck slot taken: %d, want 429 with Retry-After", w.Code)
 	}
 }
 

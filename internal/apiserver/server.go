@@ -126,7 +126,8 @@ func New(cfg Config) (*Server, error) {
 	// full request timeout.
 	rc.ShutdownWatchTerminationGracePeriod = 2 * time.Second
 	observe := cfg.ObserveCaller
-	gate := &credentialGate{tokens: cfg.Tokens, agents: cfg.Agents, failures: newFailureLimiter(AuthFailureLimit, AuthFailureWindow), hold: credentialHold}
+	gate := &credentialGate{tokens: cfg.Tokens, agents: cfg.Agents, failures: newFailureLimiter(AuthFailureLimit, AuthFailureWindow), hold: credentialHold,
+		recheck: unknownTokenRecheck, rechecking: make(chan struct{}, maxRechecking)}
 	rc.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
 		refuse := func(w http.ResponseWriter, r *http.Request, err error) {
 			responsewriters.ErrorNegotiated(err, c.Serializer, schema.GroupVersion{}, w, r)

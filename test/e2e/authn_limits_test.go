@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 
+	"github.com/muster-io/muster/internal/jointoken"
 	"github.com/muster-io/muster/internal/pgtest"
 	clientset "github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
@@ -305,5 +306,29 @@ func TestFailedTokenAuthenticationsLimited(t *testing.T) {
 	}
 	if lines > 2 {
 		t.Errorf("%d log lines for 11 failed authentications; want them sampled:\n%s", lines, s.log.String())
+	}
+}
+
+// TestTokenUsableAtOnceOnAnotherServer: join tokens are judged from each
+// server's cache (so an unknown id costs no datastore read); a token
+// created through one server of an HA deployment and used at once on
+// another is still accepted, not refused while that server's cache
+// catches up.
+func TestTokenUsableAtOnceOnAnotherServer(t *testing.T) {
+	servers := startHA(t, pgtest.DSN(t), 2)
+	admin := clientVia(t, servers[0], servers[0])
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: servers[1].caPool()}}}
+	for i := 0; i < 5; i++ {
+		tok, err := jointoken.Create(context.Background(), admin, jointoken.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		code, _, body := do(t, client, servers[1], http.MethodGet, "/apis/muster.io/v1alpha1/clusterregistrations/probe", nil,
+			map[string]string{"Authorization": "Bearer " + tok.Bearer()})
+		if code != http.StatusNotFound {
+			t.Fatalf("token %d, created through server 1 and used at once on server 2: %d %s", i, code, body)
+		}
+		t.Logf("token %d accepted by the other server after %s", i, time.Since(start).Round(time.Millisecond))
 	}
 }
