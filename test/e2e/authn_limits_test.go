@@ -132,10 +132,12 @@ func voidedCertificateEndsWatches(t *testing.T, s, watched *server) {
 	watches := []*seen{collect("machine watch", mw), collect("plan watch", pw)}
 	t.Cleanup(func() { mw.Stop(); pw.Stop() })
 
+	deleted := time.Now()
 	s.mustKubectl("delete", "machine", "node1")
 	for _, w := range watches {
 		select {
 		case <-w.ended:
+			t.Logf("the %s ended %s after kubectl delete began", w.what, time.Since(deleted).Round(time.Millisecond))
 		case <-time.After(15 * time.Second):
 			t.Errorf("the %s of the deleted machine's certificate is still open 15s after the delete", w.what)
 		}
