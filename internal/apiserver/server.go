@@ -12,9 +12,10 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/features"
@@ -56,10 +57,12 @@ type Config struct {
 	Storage storagebackend.TransportConfig
 	// CompactionInterval is the apiserver's own compaction; zero when kine compacts.
 	CompactionInterval time.Duration
-	// Tokens authenticates bearer tokens (join tokens); nil accepts none.
-	Tokens authenticator.Token
-	// AuthorizationRules are consulted after the built-in rules (admins, public paths).
-	AuthorizationRules []authorizer.AuthorizerFunc
+	// Tokens authenticates bearer tokens (join tokens).
+	Tokens *TokenAuthenticator
+	// Agents authorizes join tokens and machine certificates, after the
+	// built-in rules (admins, public paths), and ends the requests of
+	// voided machine certificates.
+	Agents *AgentAuthorizer
 	// ObserveCaller, if set, is told the identity of every authenticated
 	// request (machine liveness); it must be cheap.
 	ObserveCaller func(user.Info)
@@ -99,6 +102,9 @@ var featureGates = map[string]bool{
 
 // New builds the API server; nothing listens until Run.
 func New(cfg Config) (*Server, error) {
+	if cfg.Tokens == nil || cfg.Agents == nil {
+		return nil, fmt.Errorf("the API server needs a token authenticator and an agent authorizer")
+	}
 	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(featureGates); err != nil {
 		return nil, fmt.Errorf("setting the apiserver's feature gates: %w", err)
 	}
@@ -124,7 +130,14 @@ func New(cfg Config) (*Server, error) {
 	// full request timeout.
 	rc.ShutdownWatchTerminationGracePeriod = 2 * time.Second
 	observe := cfg.ObserveCaller
+	gate := &credentialGate{tokens: cfg.Tokens, agents: cfg.Agents, failures: newFailureLimiter(AuthFailureLimit, AuthFailureWindow), hold: credentialHold,
+		recheck: unknownTokenRecheck, rechecking: make(chan struct{}, maxRechecking)}
 	rc.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
+		refuse := func(w http.ResponseWriter, r *http.Request, err error) {
+			responsewriters.ErrorNegotiated(err, c.Serializer, schema.GroupVersion{}, w, r)
+		}
+		gate.refuse = refuse
+		h = withAgentRequests(h, cfg.Agents, refuse)
 		if observe != nil {
 			// Wrapped inside the default chain, so it runs after authentication.
 			inner := h
@@ -135,7 +148,7 @@ func New(cfg Config) (*Server, error) {
 				inner.ServeHTTP(w, r)
 			})
 		}
-		return withHeartbeats(genericapiserver.DefaultBuildHandlerChain(h, c), c, observe)
+		return gate.wrap(withHeartbeats(genericapiserver.DefaultBuildHandlerChain(h, c), c, observe))
 	}
 
 	serving := genericoptions.NewSecureServingOptions()
@@ -159,10 +172,11 @@ func New(cfg Config) (*Server, error) {
 	for path := range cfg.PeerHandlers {
 		peerPaths = append(peerPaths, path)
 	}
-	rc.Authorization.Authorizer = authorizer.AuthorizerFunc(Authorizer{Rules: cfg.AuthorizationRules, PeerPaths: peerPaths}.Authorize)
+	rc.Authorization.Authorizer = authorizer.AuthorizerFunc(Authorizer{Rules: []authorizer.AuthorizerFunc{cfg.Agents.Authorize}, PeerPaths: peerPaths}.Authorize)
 	// The loopback client (controllers inside this process) authenticates as a
 	// privileged user with a random token that never leaves the process.
 	genericapiserver.AuthorizeClientBearerToken(rc.LoopbackClientConfig, &rc.Authentication, &rc.Authorization)
+	gate.loopback = rc.LoopbackClientConfig.BearerToken
 
 	// Oversized requests and objects get 413 naming the limit, not the
 	// datastore's 503 (registry.MaxObjectBytes says why these sizes).

@@ -87,3 +87,8 @@ func inGroup(u user.Info, group string) bool {
 	}
 	return false
 }
+
+// ClaimsMachine reports whether a certificate's common name claims to be a
+// machine's. It reads an unverified name: use it only to decide how long
+// to wait before judging, never to allow anything.
+func ClaimsMachine(commonName string) bool { return strings.HasPrefix(commonName, machinePrefix) }

@@ -17,12 +17,12 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/muster-io/muster/internal/apiserver"
 	"github.com/muster-io/muster/internal/identity"
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/leader"
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/pki"
-	"github.com/muster-io/muster/internal/registration"
 	"github.com/muster-io/muster/internal/registry"
 	"github.com/muster-io/muster/internal/serverendpoint"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
@@ -50,8 +50,8 @@ type controllers struct {
 	self     string
 	address  string
 	peerTLS  *tls.Config
-	tokens   *registration.TokenAuthenticator
-	rules    *registration.Authorizer
+	tokens   *apiserver.TokenAuthenticator
+	rules    *apiserver.AgentAuthorizer
 	liveness *lifecycle.Tracker
 	client   versioned.Interface
 	factory  informers.SharedInformerFactory
@@ -87,14 +87,20 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 	}
 	registrations.Informer()
 	c.rules.SetClient(client)
+	// Every server ends the requests of a voided machine certificate.
+	if err := c.rules.VoidOnMachineChange(machines.Informer()); err != nil {
+		return err
+	}
 	factory.Start(ctx.Done())
 	// The hook returns (and /readyz turns ready) only once every join token
 	// is in the cache, so a valid token is never refused during start-up.
 	if !cache.WaitForCacheSync(ctx.Done(), tokenInformer.Informer().HasSynced) {
 		return fmt.Errorf("join tokens could not be loaded from the datastore")
 	}
-	c.tokens.SetLister(tokenInformer.Lister(), client)
-	// The authorizer reads through to the datastore until its caches fill.
+	c.tokens.SetLister(tokenInformer.Lister())
+	// Machines' requests wait in the request gate until these caches fill
+	// (a restarted server would otherwise send a fleet's reads to the
+	// datastore); a join token's reads go through to it meanwhile.
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), machines.Informer().HasSynced, registrations.Informer().HasSynced) {
 			c.rules.SetListers(machines.Lister(), registrations.Lister())

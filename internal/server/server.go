@@ -12,13 +12,11 @@ import (
 	"runtime/debug"
 	"time"
 
-	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/lifecycle"
-	"github.com/muster-io/muster/internal/registration"
 	"github.com/muster-io/muster/internal/store"
 )
 
@@ -118,9 +116,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	joins := join.New(join.Config{CA: state.CA, Validity: cfg.AgentCertificateValidity, TokenJoinRate: cfg.JoinRate, TokenJoinBurst: cfg.JoinBurst})
-	tokens := registration.NewTokenAuthenticator()
+	tokens := apiserver.NewTokenAuthenticator()
 	liveness := lifecycle.NewTracker()
-	registrationRules := &registration.Authorizer{}
+	registrationRules := apiserver.NewAgentAuthorizer()
 	api, err := apiserver.New(apiserver.Config{
 		BindAddress:                 bind,
 		Port:                        cfg.HTTPSPort,
@@ -131,7 +129,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Storage:                     ds.Transport(),
 		CompactionInterval:          store.APIServerCompactionInterval,
 		Tokens:                      tokens,
-		AuthorizationRules:          []authorizer.AuthorizerFunc{registrationRules.Authorize},
+		Agents:                      registrationRules,
 		ObserveCaller:               liveness.Observe,
 		MaxRequestsInFlight:         cfg.MaxRequestsInFlight,
 		MaxMutatingRequestsInFlight: cfg.MaxMutatingRequestsInFlight,

@@ -269,3 +269,42 @@ func (b *syncBuffer) String() string {
 func testdata(parts ...string) string {
 	return filepath.Join(append([]string{"..", "..", "testdata"}, parts...)...)
 }
+
+// bearerOf is the bearer credential of a full join token ("<id>.<secret>").
+func bearerOf(token string) string { return token[strings.Index(token, "::")+2:] }
+
+// certHTTPClient is an HTTP client of s that presents the client
+// certificate an agent keeps in dir.
+func certHTTPClient(t testing.TB, s *server, dir string) *http.Client {
+	t.Helper()
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key"))
+	if err != nil {
+		t.Fatalf("loading the agent's certificate: %v", err)
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: s.caPool(), Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}}}
+}
+
+// do sends method path to s with client and headers, and returns the
+// status, the Retry-After header and the body.
+func do(t testing.TB, client *http.Client, s *server, method, path string, body []byte, headers map[string]string) (int, string, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, s.url()+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Retry-After"), b.String()
+}

@@ -1,8 +1,9 @@
-package registration
+package apiserver
 
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,15 +16,25 @@ import (
 	listers "github.com/muster-io/muster/pkg/client/listers/muster/v1alpha1"
 )
 
-// Authorizer holds the rules for callers that are not administrators, like
+// AgentAuthorizer holds the rules for callers that are not administrators, like
 // Kubernetes' Node authorizer: a bootstrap caller may create a registration
 // and read the ones made with its token; a machine may read and watch its
 // own Machine and MachinePlan, write their status, read ServerEndpoints and
 // send heartbeats.
 // It checks live state, so a deleted Machine's certificate stops working at once.
-type Authorizer struct {
+type AgentAuthorizer struct {
 	client atomic.Pointer[versioned.Interface]
 	cache  atomic.Pointer[authzCache]
+	ready  chan struct{}
+	once   sync.Once
+	// requests are the machines' requests in flight, ended when their
+	// certificate is voided.
+	requests *agentRequests
+}
+
+// NewAgentAuthorizer returns an authorizer that answers only once SetListers has run.
+func NewAgentAuthorizer() *AgentAuthorizer {
+	return &AgentAuthorizer{ready: make(chan struct{}), requests: newAgentRequests()}
 }
 
 // authzCache is what the authorizer reads before asking the datastore: an
@@ -35,18 +46,24 @@ type authzCache struct {
 }
 
 // SetClient gives the authorizer its (privileged, in-process) client.
-func (a *Authorizer) SetClient(c versioned.Interface) { a.client.Store(&c) }
+func (a *AgentAuthorizer) SetClient(c versioned.Interface) { a.client.Store(&c) }
 
 // SetListers lets the authorizer answer from informer caches. A miss, or a
 // Machine whose UID does not match the certificate, is checked live, so a
 // just-created object is never refused; a deleted Machine's certificate
 // stops working as soon as the deletion reaches this server's cache
 // (milliseconds; at most the datastore poll interval in HA).
-func (a *Authorizer) SetListers(machines listers.MachineLister, registrations listers.ClusterRegistrationLister) {
+func (a *AgentAuthorizer) SetListers(machines listers.MachineLister, registrations listers.ClusterRegistrationLister) {
 	a.cache.Store(&authzCache{machines: machines, registrations: registrations})
+	a.once.Do(func() { close(a.ready) })
 }
 
-func (a *Authorizer) getMachine(ctx context.Context, c versioned.Interface, name, uid string) (*api.Machine, error) {
+// Ready is closed once the caches are loaded; until then the request gate
+// holds machines' requests or answers 503, so that a restarting server
+// does not send a fleet's worth of reads to the datastore.
+func (a *AgentAuthorizer) Ready() <-chan struct{} { return a.ready }
+
+func (a *AgentAuthorizer) getMachine(ctx context.Context, c versioned.Interface, name, uid string) (*api.Machine, error) {
 	if cache := a.cache.Load(); cache != nil {
 		if m, err := cache.machines.Get(name); err == nil && string(m.UID) == uid {
 			return m, nil
@@ -55,7 +72,7 @@ func (a *Authorizer) getMachine(ctx context.Context, c versioned.Interface, name
 	return c.MusterV1alpha1().Machines().Get(ctx, name, metav1.GetOptions{})
 }
 
-func (a *Authorizer) getRegistration(ctx context.Context, c versioned.Interface, name string) (*api.ClusterRegistration, error) {
+func (a *AgentAuthorizer) getRegistration(ctx context.Context, c versioned.Interface, name string) (*api.ClusterRegistration, error) {
 	if cache := a.cache.Load(); cache != nil {
 		if r, err := cache.registrations.Get(name); err == nil {
 			return r, nil
@@ -65,7 +82,7 @@ func (a *Authorizer) getRegistration(ctx context.Context, c versioned.Interface,
 }
 
 // Authorize implements the decision for muster callers; anything else is NoOpinion.
-func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
+func (a *AgentAuthorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
 	u := attrs.GetUser()
 	if u == nil {
 		return authorizer.DecisionNoOpinion, "", nil
@@ -100,7 +117,7 @@ func isMuster(attrs authorizer.Attributes, resources ...string) bool {
 	return false
 }
 
-func (a *Authorizer) bootstrap(ctx context.Context, attrs authorizer.Attributes, tokenID string) (authorizer.Decision, string, error) {
+func (a *AgentAuthorizer) bootstrap(ctx context.Context, attrs authorizer.Attributes, tokenID string) (authorizer.Decision, string, error) {
 	const only = "a join token may only create a ClusterRegistration and read the ones made with it"
 	if !isMuster(attrs, "clusterregistrations") || attrs.GetSubresource() != "" {
 		return authorizer.DecisionDeny, only, nil
@@ -128,7 +145,7 @@ func (a *Authorizer) bootstrap(ctx context.Context, attrs authorizer.Attributes,
 	return authorizer.DecisionDeny, only, nil
 }
 
-func (a *Authorizer) machine(ctx context.Context, attrs authorizer.Attributes, name, uid string) (authorizer.Decision, string, error) {
+func (a *AgentAuthorizer) machine(ctx context.Context, attrs authorizer.Attributes, name, uid string) (authorizer.Decision, string, error) {
 	c := a.client.Load()
 	if c == nil {
 		return authorizer.DecisionNoOpinion, "", fmt.Errorf("authorizer not ready")
