@@ -114,6 +114,11 @@ func TestValidatePlanSpec(t *testing.T) {
 		{"longest file name", planWith(func(p *api.MachinePlan) {
 			p.Spec.Files[0].Path = "/etc/" + strings.Repeat("n", maxPathElementBytes)
 		}), nil},
+		{"a file inside a file", planWith(func(p *api.MachinePlan) { p.Spec.Files[2] = api.PlanFile{Path: "/etc/muster/hello.conf/x"} }),
+			map[string]string{"spec.files[2].path": "is inside /etc/muster/hello.conf, which this plan writes as a file"}},
+		{"deleting inside a deleted file is fine", planWith(func(p *api.MachinePlan) {
+			p.Spec.Files = append(p.Spec.Files, api.PlanFile{Path: "/etc/old.conf/x", Delete: true})
+		}), nil},
 		{"duplicate path", planWith(func(p *api.MachinePlan) { p.Spec.Files[1].Path = p.Spec.Files[0].Path }),
 			map[string]string{"spec.files[1].path": "Duplicate"}},
 		{"NUL in a command", planWith(func(p *api.MachinePlan) { p.Spec.Instructions[0].Command = "/bin/sh\x00" }),
