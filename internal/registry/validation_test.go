@@ -436,3 +436,18 @@ func TestPlanStatusLimitsRatchet(t *testing.T) {
 	report.Status.AppliedChecksum = "forged-again"
 	checkErrors(t, MachinePlan.ValidateStatus(report, stored), map[string]string{"status.appliedChecksum": "64 lowercase hex"})
 }
+
+// BenchmarkValidateMachineStatus is the cost the status checks add to an
+// agent's status write (one per heartbeat-driven change, not per heartbeat).
+func BenchmarkValidateMachineStatus(b *testing.B) {
+	old := &api.Machine{Status: api.MachineStatus{Phase: api.MachinePhaseRunning, PlanState: api.PlanStateSucceeded,
+		AgentVersion: "v0.3.1", Addresses: []api.MachineAddress{{Type: api.MachineHostName, Address: "node-a"},
+			{Type: api.MachineInternalIP, Address: "10.0.0.7"}}}}
+	m := old.DeepCopy()
+	m.Status.Addresses[1].Address = "10.0.0.8"
+	for i := 0; i < b.N; i++ {
+		if errs := Machine.ValidateStatus(m, old); len(errs) > 0 {
+			b.Fatal(errs)
+		}
+	}
+}
