@@ -4,10 +4,11 @@
 // claims the same node name.
 //
 // The hash is a salted SHA-256, not scrypt as in k3s. The password is 128
-// random bits made by the agent and shorter ones are refused, so there is no
-// dictionary to search and a slow hash buys nothing but CPU: at scrypt's
-// 50–100 ms per check a registration storm of thousands of nodes would be
-// bound by it. docs/security.md has the figures.
+// random bits made by the agent, and shorter or visibly non-random ones are
+// refused (Validate), so there is no dictionary to search and a slow hash
+// buys nothing but CPU: at scrypt's 50–100 ms per check a registration
+// storm of thousands of nodes would be bound by it. docs/security.md has
+// the figures.
 package nodepassword
 
 import (

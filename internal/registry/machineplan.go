@@ -22,9 +22,9 @@ import (
 
 // Plan limits. A plan travels in one datastore row and to every watcher, so
 // it stays small; large payloads belong on a file server the plan points at.
-// The others refuse at admission what the agent could not carry out, so
-// that a plan fails with a 422 naming the field, not on the machine with
-// a reason that reaches only the agent's log.
+// The bounds below also refuse at admission what the agent could not carry
+// out, so that a plan fails with a 422 naming the field, not on the
+// machine with a reason that reaches only the agent's log.
 const (
 	maxPlanFileBytes = 64 << 10
 	// maxPlanTotalBytes bounds all of a spec's strings together (file
@@ -165,6 +165,7 @@ func validatePlanSpec(p *api.MachinePlan) field.ErrorList {
 			errs = append(errs, field.Invalid(fp.Child("content"), "<content>", "must be empty when delete is true"))
 		}
 	}
+	errs = append(errs, validateFileNesting(p.Spec.Files, spec.Child("files"))...)
 	if len(p.Spec.Instructions) > maxPlanEntries {
 		errs = append(errs, field.TooMany(spec.Child("instructions"), len(p.Spec.Instructions), maxPlanEntries))
 	}
@@ -253,6 +254,28 @@ func validatePlanPath(p string, fld *field.Path) field.ErrorList {
 		}
 	}
 	return nil
+}
+
+// validateFileNesting refuses a file inside another file the same plan
+// writes: the agent would have to make a directory where it wrote a file.
+func validateFileNesting(files []api.PlanFile, fld *field.Path) field.ErrorList {
+	written := map[string]bool{}
+	for _, f := range files {
+		if !f.Delete {
+			written[f.Path] = true
+		}
+	}
+	var errs field.ErrorList
+	for i, f := range files {
+		for dir := path.Dir(f.Path); len(written) > 1 && dir != "/" && dir != "."; dir = path.Dir(dir) {
+			if written[dir] {
+				errs = append(errs, field.Invalid(fld.Index(i).Child("path"), f.Path,
+					fmt.Sprintf("is inside %s, which this plan writes as a file: a path cannot be both a file and a directory", dir)))
+				break
+			}
+		}
+	}
+	return errs
 }
 
 // validateCommand accepts a program as exec runs it: an absolute path, or

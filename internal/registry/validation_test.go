@@ -114,6 +114,11 @@ func TestValidatePlanSpec(t *testing.T) {
 		{"longest file name", planWith(func(p *api.MachinePlan) {
 			p.Spec.Files[0].Path = "/etc/" + strings.Repeat("n", maxPathElementBytes)
 		}), nil},
+		{"a file inside a file", planWith(func(p *api.MachinePlan) { p.Spec.Files[2] = api.PlanFile{Path: "/etc/muster/hello.conf/x"} }),
+			map[string]string{"spec.files[2].path": "is inside /etc/muster/hello.conf, which this plan writes as a file"}},
+		{"deleting inside a deleted file is fine", planWith(func(p *api.MachinePlan) {
+			p.Spec.Files = append(p.Spec.Files, api.PlanFile{Path: "/etc/old.conf/x", Delete: true})
+		}), nil},
 		{"duplicate path", planWith(func(p *api.MachinePlan) { p.Spec.Files[1].Path = p.Spec.Files[0].Path }),
 			map[string]string{"spec.files[1].path": "Duplicate"}},
 		{"NUL in a command", planWith(func(p *api.MachinePlan) { p.Spec.Instructions[0].Command = "/bin/sh\x00" }),
@@ -430,4 +435,19 @@ func TestPlanStatusLimitsRatchet(t *testing.T) {
 	checkErrors(t, MachinePlan.ValidateStatus(report, stored), nil)
 	report.Status.AppliedChecksum = "forged-again"
 	checkErrors(t, MachinePlan.ValidateStatus(report, stored), map[string]string{"status.appliedChecksum": "64 lowercase hex"})
+}
+
+// BenchmarkValidateMachineStatus is the cost the status checks add to an
+// agent's status write (one per heartbeat-driven change, not per heartbeat).
+func BenchmarkValidateMachineStatus(b *testing.B) {
+	old := &api.Machine{Status: api.MachineStatus{Phase: api.MachinePhaseRunning, PlanState: api.PlanStateSucceeded,
+		AgentVersion: "v0.3.1", Addresses: []api.MachineAddress{{Type: api.MachineHostName, Address: "node-a"},
+			{Type: api.MachineInternalIP, Address: "10.0.0.7"}}}}
+	m := old.DeepCopy()
+	m.Status.Addresses[1].Address = "10.0.0.8"
+	for i := 0; i < b.N; i++ {
+		if errs := Machine.ValidateStatus(m, old); len(errs) > 0 {
+			b.Fatal(errs)
+		}
+	}
 }
