@@ -2,39 +2,41 @@ package main
 
 import (
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/muster-io/muster/internal/jointoken"
+	"github.com/muster-io/muster/internal/kubeconfig"
 	"github.com/muster-io/muster/internal/registration"
 	"github.com/muster-io/muster/internal/server"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
 
-// adminClient returns a client for the server whose data dir is cfg.DataDir,
-// or for the one --kubeconfig names.
-func adminClient(cfg *server.Config, kubeconfig *string) func() (versioned.Interface, error) {
-	return func() (versioned.Interface, error) {
-		path := *kubeconfig
-		if path == "" {
-			path = filepath.Join(cfg.DataDir, "admin.kubeconfig")
-		}
-		rc, err := clientcmd.BuildConfigFromFlags("", path)
+// adminClient returns a client for the server that --kubeconfig, an
+// explicit --data-dir, $KUBECONFIG or the default data dir names, in that
+// order (internal/kubeconfig).
+func adminClient(cfg *server.Config, kubeconfigFlag *string) func(cmd *cobra.Command) (versioned.Interface, error) {
+	return func(cmd *cobra.Command) (versioned.Interface, error) {
+		rc, err := credential(cmd, cfg, *kubeconfigFlag).RESTConfig()
 		if err != nil {
-			return nil, fmt.Errorf("loading %s: %w; pass --kubeconfig or the server's --data-dir", path, err)
+			return nil, err
 		}
 		return versioned.NewForConfig(rc)
 	}
 }
 
+func credential(cmd *cobra.Command, cfg *server.Config, kubeconfigFlag string) kubeconfig.Lookup {
+	return kubeconfig.Lookup{Flag: kubeconfigFlag, DataDir: cfg.DataDir, DataDirSet: cmd.Flags().Changed("data-dir")}
+}
+
+const kubeconfigUsage = "admin kubeconfig (default: --data-dir's admin.kubeconfig if --data-dir is given, else $KUBECONFIG, else the default data dir's)"
+
 func newTokenCommand(cfg *server.Config) *cobra.Command {
 	var kubeconfig string
 	client := adminClient(cfg, &kubeconfig)
 	cmd := &cobra.Command{Use: "token", Short: "Create, list and revoke join tokens"}
-	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", "admin kubeconfig (default: <data-dir>/admin.kubeconfig)")
+	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", kubeconfigUsage)
 
 	opts := jointoken.CreateOptions{}
 	create := &cobra.Command{
@@ -42,7 +44,10 @@ func newTokenCommand(cfg *server.Config) *cobra.Command {
 		Short: "Create a join token and print it once",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := client()
+			if opts.TTL < 0 {
+				return fmt.Errorf("--ttl %s is negative: give how long the token may be used, such as 24h, or 0 for a token that never expires", opts.TTL)
+			}
+			c, err := client(cmd)
 			if err != nil {
 				return err
 			}
@@ -62,7 +67,7 @@ func newTokenCommand(cfg *server.Config) *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "List join tokens", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := client()
+			c, err := client(cmd)
 			if err != nil {
 				return err
 			}
@@ -72,7 +77,7 @@ func newTokenCommand(cfg *server.Config) *cobra.Command {
 	revoke := &cobra.Command{
 		Use: "revoke ID", Short: "Revoke a join token", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := client()
+			c, err := client(cmd)
 			if err != nil {
 				return err
 			}
@@ -96,14 +101,14 @@ func newRegistrationCommand(cfg *server.Config) *cobra.Command {
 	var kubeconfig, message string
 	client := adminClient(cfg, &kubeconfig)
 	cmd := &cobra.Command{Use: "registration", Short: "Approve or deny registrations made with manual-approval tokens"}
-	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", "admin kubeconfig (default: <data-dir>/admin.kubeconfig)")
+	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", kubeconfigUsage)
 	cmd.PersistentFlags().StringVar(&message, "message", "", "note recorded in the registration's status")
 	for _, approve := range []bool{true, false} {
 		verb := map[bool]string{true: "approve", false: "deny"}[approve]
 		cmd.AddCommand(&cobra.Command{
 			Use: verb + " NAME", Short: verb + " a pending registration", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				c, err := client()
+				c, err := client(cmd)
 				if err != nil {
 					return err
 				}
