@@ -4,6 +4,12 @@
 GO        ?= go
 BIN       := bin
 DATA_DIR  ?= muster-data
+# `make run` serves on loopback only: a demo should not open a port to the
+# network. To serve it: make run BIND_ADDRESS=0.0.0.0 ADVERTISE_ADDRESS=<this machine's IP>
+# (agents move to the address a server advertises, so it must be one they reach).
+BIND_ADDRESS      ?= 127.0.0.1
+ADVERTISE_ADDRESS ?= $(if $(filter 127.%,$(BIND_ADDRESS)),$(BIND_ADDRESS),)
+HTTPS_PORT        ?= 9443
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/muster-io/muster/internal/version.Version=$(VERSION)
 # Test binaries are few and big (kine + apiserver); one package at a time keeps
@@ -20,7 +26,7 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/muster-agent ./cmd/agent
 
 run: build
-	$(BIN)/muster-server --data-dir $(DATA_DIR)
+	$(BIN)/muster-server --data-dir $(DATA_DIR) --https-port $(HTTPS_PORT) --bind-address $(BIND_ADDRESS) $(if $(ADVERTISE_ADDRESS),--advertise-address $(ADVERTISE_ADDRESS))
 
 ha: build
 	hack/ha.sh start muster-ha $(or $(AGENTS),3)
