@@ -1,15 +1,19 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/muster-io/muster/internal/jointoken"
 	"github.com/muster-io/muster/internal/kubeconfig"
 	"github.com/muster-io/muster/internal/registration"
 	"github.com/muster-io/muster/internal/server"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
 
@@ -35,7 +39,7 @@ const kubeconfigUsage = "admin kubeconfig (default: --data-dir's admin.kubeconfi
 func newTokenCommand(cfg *server.Config) *cobra.Command {
 	var kubeconfig string
 	client := adminClient(cfg, &kubeconfig)
-	cmd := &cobra.Command{Use: "token", Short: "Create, list and revoke join tokens"}
+	cmd := groupCommand("token", "Create, list and revoke join tokens")
 	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", kubeconfigUsage)
 
 	opts := jointoken.CreateOptions{}
@@ -64,18 +68,26 @@ func newTokenCommand(cfg *server.Config) *cobra.Command {
 	create.Flags().BoolVar(&opts.ManualApproval, "manual-approval", false, "registrations with this token wait for 'muster-server registration approve'")
 	create.Flags().StringVar(&opts.Description, "description", "", "what the token is for")
 
+	var output string
 	list := &cobra.Command{
 		Use: "list", Short: "List join tokens", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "" && output != "json" && output != "yaml" {
+				return fmt.Errorf("--output %q: give json or yaml, or leave it out for a table", output)
+			}
 			c, err := client(cmd)
 			if err != nil {
 				return err
 			}
-			return jointoken.List(cmd.Context(), c, cmd.OutOrStdout())
+			if output == "" {
+				return jointoken.List(cmd.Context(), c, cmd.OutOrStdout())
+			}
+			return printTokens(cmd, c, output)
 		},
 	}
+	list.Flags().StringVarP(&output, "output", "o", "", "json or yaml: the ClusterRegistrationTokens as kubectl would print them (hashes, never secrets)")
 	revoke := &cobra.Command{
-		Use: "revoke ID", Short: "Revoke a join token", Args: cobra.ExactArgs(1),
+		Use: "revoke ID", Short: "Revoke a join token", Args: oneArg("ID", "the first column of 'muster-server token list'"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := client(cmd)
 			if err != nil {
@@ -100,13 +112,13 @@ func newTokenCommand(cfg *server.Config) *cobra.Command {
 func newRegistrationCommand(cfg *server.Config) *cobra.Command {
 	var kubeconfig, message string
 	client := adminClient(cfg, &kubeconfig)
-	cmd := &cobra.Command{Use: "registration", Short: "Approve or deny registrations made with manual-approval tokens"}
+	cmd := groupCommand("registration", "Approve or deny registrations made with manual-approval tokens")
 	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", kubeconfigUsage)
 	cmd.PersistentFlags().StringVar(&message, "message", "", "note recorded in the registration's status")
 	for _, approve := range []bool{true, false} {
 		verb := map[bool]string{true: "approve", false: "deny"}[approve]
 		cmd.AddCommand(&cobra.Command{
-			Use: verb + " NAME", Short: verb + " a pending registration", Args: cobra.ExactArgs(1),
+			Use: verb + " NAME", Short: verb + " a pending registration", Args: oneArg("NAME", "of the ClusterRegistration: kubectl get clusterregistrations"),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				c, err := client(cmd)
 				if err != nil {
@@ -121,4 +133,29 @@ func newRegistrationCommand(cfg *server.Config) *cobra.Command {
 		})
 	}
 	return cmd
+}
+
+// printTokens prints the tokens as kubectl get -o json|yaml would, a List of
+// objects with their kinds.
+func printTokens(cmd *cobra.Command, c versioned.Interface, format string) error {
+	list, err := c.MusterV1alpha1().ClusterRegistrationTokens().List(cmd.Context(), metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing tokens: %w", err)
+	}
+	list.APIVersion, list.Kind = "v1", "List"
+	for i := range list.Items {
+		list.Items[i].APIVersion, list.Items[i].Kind = api.SchemeGroupVersion.String(), "ClusterRegistrationToken"
+	}
+	var b []byte
+	if format == "json" {
+		b, err = json.MarshalIndent(list, "", "    ")
+		b = append(b, '\n')
+	} else {
+		b, err = yaml.Marshal(list)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = cmd.OutOrStdout().Write(b)
+	return err
 }
