@@ -100,7 +100,8 @@ func TestServerStartAndStop(t *testing.T) {
 		s := startServer(t, "")
 		_ = s.cmd.Process.Signal(sig)
 		<-s.exited
-		if code := s.cmd.ProcessState.ExitCode(); code != 0 || !strings.Contains(s.log.String(), `"muster-server stopped"`) {
+		lines := strings.Split(strings.TrimSpace(s.log.String()), "\n")
+		if code := s.cmd.ProcessState.ExitCode(); code != 0 || !strings.Contains(lines[len(lines)-1], `"muster-server stopped"`) {
 			t.Errorf("after %v: exit %d, want 0 and a last line\n%s", sig, code, s.log.String())
 		}
 		// Stopped while starting: still a clean stop.
