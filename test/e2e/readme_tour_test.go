@@ -94,7 +94,25 @@ func TestReadmeTour(t *testing.T) {
 	if len(steps) < 10 || steps[0].command != "make run" {
 		t.Fatalf("the README's tour should start with `make run`; found %d commands, the first %+v", len(steps), steps[0])
 	}
+	t.Run("as "+map[bool]string{true: "root", false: "this user"}[os.Geteuid() == 0], func(t *testing.T) { runReadmeTour(t, repo, steps, nil) })
+	if os.Geteuid() == 0 {
+		// The defaults differ for root (/var/lib/muster/...): the tour must
+		// work for both.
+		t.Run("as nobody", func(t *testing.T) { runReadmeTour(t, repo, steps, &syscall.Credential{Uid: 65534, Gid: 65534}) })
+	}
+}
+
+func runReadmeTour(t *testing.T, repo string, steps []tourStep, cred *syscall.Credential) {
 	work := t.TempDir()
+	if cred != nil {
+		// t.TempDir's parent is root's alone; the user must pass through it.
+		if err := os.Chmod(filepath.Dir(work), 0o711); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(work, int(cred.Uid), int(cred.Gid)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	bin := filepath.Join(work, "bin")
 	if err := os.Mkdir(bin, 0o755); err != nil {
 		t.Fatal(err)
@@ -108,6 +126,13 @@ func TestReadmeTour(t *testing.T) {
 	if err := os.Symlink(filepath.Join(repo, "testdata"), filepath.Join(work, "testdata")); err != nil {
 		t.Fatal(err)
 	}
+	if cred != nil {
+		for _, p := range []string{bin, filepath.Join(work, "testdata")} {
+			if err := os.Lchown(p, int(cred.Uid), int(cred.Gid)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	_ = os.RemoveAll("/tmp/muster-tour") // the plan the tour writes
 	t.Cleanup(func() { _ = os.RemoveAll("/tmp/muster-tour") })
 
@@ -117,7 +142,7 @@ func TestReadmeTour(t *testing.T) {
 	s := &server{t: t, host: "127.0.0.1", dataDir: filepath.Join(work, "muster-data"), port: port, log: &syncBuffer{}, exited: make(chan struct{})}
 	s.cmd = exec.Command("make", "-C", repo, "-o", "build", "run", "BIN="+bin, "DATA_DIR="+s.dataDir, fmt.Sprintf("HTTPS_PORT=%d", port))
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +182,7 @@ func TestReadmeTour(t *testing.T) {
 	// Output to a file, not a pipe: the tour leaves processes in the
 	// background, which would hold a pipe open after the shell ends.
 	sh.Stdout, sh.Stderr = out, out
-	sh.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	sh.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 	sh.Env = append(withoutEnv(os.Environ(), "KUBECONFIG", "HOME"), "HOME="+work)
 	if err := sh.Start(); err != nil {
 		t.Fatal(err)
