@@ -41,10 +41,6 @@ type Source struct {
 	From  string
 }
 
-func (s Source) String() string {
-	return strings.Join(s.Paths, string(os.PathListSeparator)) + " (" + s.From + ")"
-}
-
 // Find chooses the kubeconfig files; it does not read them.
 func (l Lookup) Find() Source {
 	env := l.Env
