@@ -11,7 +11,14 @@ BIND_ADDRESS      ?= 127.0.0.1
 ADVERTISE_ADDRESS ?= $(if $(filter 127.%,$(BIND_ADDRESS)),$(BIND_ADDRESS),)
 HTTPS_PORT        ?= 9443
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -X github.com/muster-io/muster/internal/version.Version=$(VERSION)
+# /version (kubectl version) reports, as k3s does, the Kubernetes API
+# machinery it is built on with muster's version as build metadata:
+# v1.37.2+muster.<version>. Kubernetes reads it from these link-time variables.
+KUBE_VERSION := $(shell $(GO) list -m -f '{{.Version}}' k8s.io/apiserver 2>/dev/null | sed 's/^v0\./v1./')
+GIT_COMMIT   := $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS   := -X github.com/muster-io/muster/internal/version.Version=$(VERSION) \
+	$(if $(KUBE_VERSION),-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION)+muster.$(subst /,-,$(VERSION))) \
+	$(if $(GIT_COMMIT),-X k8s.io/component-base/version.gitCommit=$(GIT_COMMIT))
 # Test binaries are few and big (kine + apiserver); one package at a time keeps
 # memory and the shared 2 cores in check, and long timeouts cover a cold cache.
 TEST_FLAGS ?= -p 1 -count=1 -timeout 45m

@@ -115,3 +115,19 @@ func TestServerStartAndStop(t *testing.T) {
 		}
 	}
 }
+
+// TestKubectlVersion: `kubectl version` works and shows muster's version
+// (it failed to parse the placeholder v0.0.0-master+$Format:%H$). The
+// version is linked in by the Makefile, so this needs its binary.
+func TestKubectlVersion(t *testing.T) {
+	if os.Getenv("MUSTER_SERVER_BIN") == "" {
+		t.Skip("the version is set by `make build`'s link flags: run with MUSTER_SERVER_BIN=bin/muster-server (make test does)")
+	}
+	s := startServer(t, "")
+	out := s.mustKubectl("version")
+	own, _ := runIn(t.TempDir(), nil, serverBin, "version")
+	fields := strings.Fields(own)
+	if len(fields) < 2 || !regexp.MustCompile(`Server Version: v1\.\d+\.\d+\+muster\.`+regexp.QuoteMeta(fields[1])).MatchString(out) {
+		t.Errorf("kubectl version:\n%s\nwant the server as v1.x.y+muster.<muster-server version>, muster-server version says %q", out, own)
+	}
+}
