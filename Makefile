@@ -14,9 +14,9 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 # /version (kubectl version) reports, as k3s does, the Kubernetes API
 # machinery it is built on with muster's version as build metadata:
 # v1.37.2+muster.<version>. Kubernetes reads it from these link-time variables.
-KUBE_VERSION := $(shell $(GO) list -m -f '{{.Version}}' k8s.io/apiserver 2>/dev/null | sed 's/^v0\./v1./')
-GIT_COMMIT   := $(shell git rev-parse HEAD 2>/dev/null)
-LDFLAGS   := -X github.com/muster-io/muster/internal/version.Version=$(VERSION) \
+KUBE_VERSION  = $(shell $(GO) list -m -f '{{.Version}}' k8s.io/apiserver 2>/dev/null | sed 's/^v0\./v1./')
+GIT_COMMIT    = $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS    = -X github.com/muster-io/muster/internal/version.Version=$(VERSION) \
 	$(if $(KUBE_VERSION),-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION)+muster.$(subst /,-,$(VERSION))) \
 	$(if $(GIT_COMMIT),-X k8s.io/component-base/version.gitCommit=$(GIT_COMMIT))
 # Test binaries are few and big (kine + apiserver); one package at a time keeps
