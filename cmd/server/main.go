@@ -98,6 +98,6 @@ file behind if the command failed.`,
 			return err
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "write the kubeconfig to this file (mode 0600) instead of standard output")
+	cmd.Flags().StringVar(&output, "output", "", "write the kubeconfig to this file (mode 0600) instead of standard output")
 	return cmd
 }
