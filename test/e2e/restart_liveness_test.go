@@ -30,20 +30,13 @@ func TestRestartBringsNoDeadMachineBack(t *testing.T) {
 	s.stop()
 	agents["dies"].kill()
 	s.start()
-	started := time.Now()
 
-	// Over a whole threshold after the start, and a little more, "gone"
-	// never leaves Unavailable: nothing was heard from it.
-	for time.Since(started) < silence+3*time.Second {
-		if phase := s.mustKubectl("get", "machine", "gone", "-o", "jsonpath={.status.phase}"); phase != "Unavailable" {
-			t.Fatalf("%s after the restart, the machine of a dead agent is %s:\n%s", time.Since(started).Round(time.Second), phase,
-				s.mustKubectl("get", "machine", "gone", "-o", "jsonpath={.status.transitions}"))
-		}
-		time.Sleep(500 * time.Millisecond) // polling an invariant, not waiting for one
-	}
-	if events := s.mustKubectl("get", "machine", "gone", "-o", "jsonpath={.status.transitions[*].event}"); strings.Contains(events, "agent-returned") {
-		t.Errorf("the dead agent's machine was brought back: %s", events)
-	}
+	// "dies" goes Unavailable a threshold after the start at the earliest:
+	// by then anything the start alone could do to "gone" has been done.
 	waitPhase(t, s, "dies", "Unavailable", silence+30*time.Second)
 	waitPhase(t, s, "lives", "Running", 30*time.Second)
+	got := s.mustKubectl("get", "machine", "gone", "-o", "jsonpath={.status.phase} {.status.transitions[*].event}")
+	if !strings.HasPrefix(got, "Unavailable ") || strings.Contains(got, "agent-returned") {
+		t.Errorf("the machine of an agent dead before the restart was brought back: %s", got)
+	}
 }
