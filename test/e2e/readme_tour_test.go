@@ -246,3 +246,72 @@ func nonLoopbackIPv4() string {
 	}
 	return ""
 }
+
+// TestReadmeFlagsExist: every muster-server and muster-agent command the
+// README shows, in the tour or not (HA, load tests, `make run` variants),
+// uses only flags the binaries have, so a renamed flag cannot leave the
+// README behind.
+func TestReadmeFlagsExist(t *testing.T) {
+	repo, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(repo, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bins := map[string]string{"bin/muster-server": serverBin, "bin/muster-agent": agentBin}
+	flagRE := regexp.MustCompile(`(?:^|\s)(--[a-z][a-z0-9-]*)`)
+	helpFlags := map[string]string{} // command words -> --help output
+	checked := 0
+	inBlock := false
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "```") {
+			inBlock = strings.HasPrefix(line, "```sh")
+			continue
+		}
+		line = strings.TrimSpace(line)
+		if !inBlock || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if i := strings.Index(line, " #"); i >= 0 {
+			line = line[:i]
+		}
+		if strings.HasPrefix(line, "make run ") {
+			makefile, _ := os.ReadFile(filepath.Join(repo, "Makefile"))
+			for _, w := range strings.Fields(line)[2:] {
+				if name, _, ok := strings.Cut(w, "="); ok && !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(name)+`\s*\?=`).Match(makefile) {
+					t.Errorf("the README runs `%s` with %s, which the Makefile does not read", line, name)
+				}
+			}
+			// What make would run, on the binary the test has.
+			args := append([]string{"-s", "-n", "-o", "build", "-C", repo}, strings.Fields(line)[1:]...)
+			out, err := exec.Command("make", append(args, "BIN=bin")...).CombinedOutput()
+			if err != nil {
+				t.Errorf("%s: %v\n%s", line, err, out)
+				continue
+			}
+			line = strings.TrimSpace(string(out))
+		}
+		for _, m := range regexp.MustCompile(`bin/muster-(server|agent)((?:\s+[a-z]+)*)([^|;&)]*)`).FindAllStringSubmatch(line, -1) {
+			words := strings.Fields(m[2])
+			key := "bin/muster-" + m[1] + " " + strings.Join(words, " ")
+			if _, ok := helpFlags[key]; !ok {
+				out, err := runIn(t.TempDir(), nil, bins["bin/muster-"+m[1]], append(words, "--help")...)
+				if err != nil {
+					t.Errorf("%s --help: %v\n%s", key, err, out)
+				}
+				helpFlags[key] = out
+			}
+			for _, f := range flagRE.FindAllStringSubmatch(m[3], -1) {
+				checked++
+				if !regexp.MustCompile(regexp.QuoteMeta(f[1]) + `\b`).MatchString(helpFlags[key]) {
+					t.Errorf("the README runs `%s` with %s, which it does not have", key, f[1])
+				}
+			}
+		}
+	}
+	if checked < 10 {
+		t.Errorf("checked only %d flags: is the README's form still bin/muster-… in sh blocks?", checked)
+	}
+}
