@@ -31,6 +31,8 @@ applied.`,
 				// As kubectl: --kubeconfig, else $KUBECONFIG (its first file).
 				if src := (kubeconfig.Lookup{}).Find(); src.From == "$"+kubeconfig.EnvVar {
 					cfg.Kubeconfig = src.Paths[0]
+				} else {
+					return fmt.Errorf("--plan-updates needs an admin credential to change plans with: pass --kubeconfig FILE or set $KUBECONFIG ('muster-server kubeconfig --output FILE' writes one)")
 				}
 			}
 			return simulate.Run(genericapiserver.SetupSignalContext(), cfg, cmd.OutOrStdout())
