@@ -4,8 +4,21 @@
 GO        ?= go
 BIN       := bin
 DATA_DIR  ?= muster-data
+# `make run` serves on loopback only: a demo should not open a port to the
+# network. To serve it: make run BIND_ADDRESS=0.0.0.0 ADVERTISE_ADDRESS=<this machine's IP>
+# (agents move to the address a server advertises, so it must be one they reach).
+BIND_ADDRESS      ?= 127.0.0.1
+ADVERTISE_ADDRESS ?= $(if $(filter 127.%,$(BIND_ADDRESS)),$(BIND_ADDRESS),)
+HTTPS_PORT        ?= 9443
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -X github.com/muster-io/muster/internal/version.Version=$(VERSION)
+# /version (kubectl version) reports, as k3s does, the Kubernetes API
+# machinery it is built on with muster's version as build metadata:
+# v1.37.2+muster.<version>. Kubernetes reads it from these link-time variables.
+KUBE_VERSION  = $(shell $(GO) list -m -f '{{.Version}}' k8s.io/apiserver 2>/dev/null | sed 's/^v0\./v1./')
+GIT_COMMIT    = $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS    = -X github.com/muster-io/muster/internal/version.Version=$(VERSION) \
+	$(if $(KUBE_VERSION),-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION)+muster.$(subst /,-,$(VERSION))) \
+	$(if $(GIT_COMMIT),-X k8s.io/component-base/version.gitCommit=$(GIT_COMMIT))
 # Test binaries are few and big (kine + apiserver); one package at a time keeps
 # memory and the shared 2 cores in check, and long timeouts cover a cold cache.
 TEST_FLAGS ?= -p 1 -count=1 -timeout 45m
@@ -20,7 +33,7 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/muster-agent ./cmd/agent
 
 run: build
-	$(BIN)/muster-server --data-dir $(DATA_DIR)
+	$(BIN)/muster-server --data-dir $(DATA_DIR) --https-port $(HTTPS_PORT) --bind-address $(BIND_ADDRESS) $(if $(ADVERTISE_ADDRESS),--advertise-address $(ADVERTISE_ADDRESS))
 
 ha: build
 	hack/ha.sh start muster-ha $(or $(AGENTS),3)

@@ -47,8 +47,7 @@ start)
     [ "$i" = 1 ] && { server_up 1 || die "server 1 did not become ready; see $dir/server1.log"; }
   done
   for i in 2 3; do server_up "$i" || die "server $i did not become ready; see $dir/server$i.log"; done
-  "$SERVER" --data-dir "$dir/server1" kubeconfig >"$dir/admin.kubeconfig"
-  chmod 0600 "$dir/admin.kubeconfig"
+  "$SERVER" --data-dir "$dir/server1" kubeconfig --output "$dir/admin.kubeconfig"
   jointoken=$("$SERVER" --data-dir "$dir/server1" token create --ttl 1h 2>/dev/null | tail -1)
   for n in $(seq 1 "$agents"); do
     [ -f "$dir/agent$n.pid" ] && kill -0 "$(cat "$dir/agent$n.pid")" 2>/dev/null && continue

@@ -52,12 +52,12 @@ func newRootCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.Server, "server", "", "URL of a muster-server, e.g. https://10.0.0.1:9443")
 	f.StringVar(&cfg.Token, "token", "", "join token from 'muster-server token create' (needed only to join)")
-	f.StringVar(&cfg.NodeName, "node-name", hostname, "node name (default: the hostname, lowercased)")
+	f.StringVar(&cfg.NodeName, "node-name", hostname, "node name, lowercased; also the Machine's name")
 	f.BoolVar(&cfg.WithNodeID, "with-node-id", false, "append a random id kept in the data dir to the node name")
 	f.StringArrayVar(&labels, "label", nil, "label for the Machine, key=value (repeatable)")
 	f.StringArrayVar(&cfg.Roles, "role", nil, "role of the machine, e.g. worker (repeatable)")
 	f.StringVar(&cfg.DataDir, "data-dir", dataDir, "directory for the node password, identity and certificate")
 	f.BoolVar(&cfg.InsecureSkipCACheck, "insecure-skip-ca-check", false, "accept a token without a CA hash and do not verify the server (dangerous)")
-	cmd.AddCommand(newSimulateCommand())
+	cmd.AddCommand(newSimulateCommand(), newVersionCommand())
 	return cmd
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 
+	"github.com/muster-io/muster/internal/kubeconfig"
 	"github.com/muster-io/muster/internal/simulate"
 )
 
@@ -26,6 +27,14 @@ applied.`,
 			if cfg.Server == "" || cfg.Token == "" {
 				return fmt.Errorf("--server and --token are required")
 			}
+			if cfg.PlanUpdates > 0 && cfg.Kubeconfig == "" {
+				// As kubectl: --kubeconfig, else $KUBECONFIG (its first file).
+				if src := (kubeconfig.Lookup{}).Find(); src.From == "$"+kubeconfig.EnvVar {
+					cfg.Kubeconfig = src.Paths[0]
+				} else {
+					return fmt.Errorf("--plan-updates needs an admin credential to change plans with: pass --kubeconfig FILE or set $KUBECONFIG ('muster-server kubeconfig --output FILE' writes one)")
+				}
+			}
 			return simulate.Run(genericapiserver.SetupSignalContext(), cfg, cmd.OutOrStdout())
 		},
 	}
@@ -36,6 +45,6 @@ applied.`,
 	f.IntVar(&cfg.Concurrency, "concurrency", 50, "how many agents join at the same moment")
 	f.StringVar(&cfg.Prefix, "prefix", "sim", "node names are <prefix>-<n>")
 	f.Float64Var(&cfg.PlanUpdates, "plan-updates", 0, "plan changes a second, round robin over the simulated machines, once they have joined (needs --kubeconfig)")
-	f.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "admin kubeconfig to change plans with (muster-server kubeconfig)")
+	f.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "admin kubeconfig to change plans with (default $KUBECONFIG; muster-server kubeconfig --output FILE writes one)")
 	return cmd
 }

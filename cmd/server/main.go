@@ -3,16 +3,16 @@
 package main
 
 import (
-	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/component-base/cli"
+	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
-	"github.com/muster-io/muster/internal/bootstrap"
 	"github.com/muster-io/muster/internal/join"
+	"github.com/muster-io/muster/internal/kubeconfig"
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/server"
 	"github.com/muster-io/muster/internal/version"
@@ -24,6 +24,7 @@ func main() {
 
 func newRootCommand() *cobra.Command {
 	cfg := server.Config{}
+	var endpointFile, tokenFile string
 	cmd := &cobra.Command{
 		Use:   "muster-server",
 		Short: "Muster registers machines and clusters and drives their lifecycle",
@@ -34,8 +35,17 @@ certificate, a server token and an admin kubeconfig there.`,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.Token == "" {
-				cfg.Token = os.Getenv("MUSTER_TOKEN")
+			if passwordInURL(cfg.DatastoreEndpoint) {
+				klog.Warning("--datastore-endpoint holds a password, which every local user can read in this process's command line: use --datastore-endpoint-file or $MUSTER_DATASTORE_ENDPOINT")
+			}
+			var err error
+			endpoint := secretSource{flag: "datastore-endpoint", fileFlag: "datastore-endpoint-file", env: "MUSTER_DATASTORE_ENDPOINT", value: cfg.DatastoreEndpoint, file: endpointFile}
+			if cfg.DatastoreEndpoint, err = endpoint.resolve(); err != nil {
+				return err
+			}
+			token := secretSource{flag: "token", fileFlag: "token-file", env: "MUSTER_TOKEN", value: cfg.Token, file: tokenFile}
+			if cfg.Token, err = token.resolve(); err != nil {
+				return err
 			}
 			return server.Run(genericapiserver.SetupSignalContext(), cfg)
 		},
@@ -47,9 +57,11 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.StringVar(&cfg.BindAddress, "bind-address", "0.0.0.0", "address the API listens on")
 	fl.StringVar(&cfg.AdvertiseAddress, "advertise-address", "", "address agents and other servers use to reach this server (default: the first non-loopback IPv4)")
 	fl.StringSliceVar(&cfg.TLSSANs, "tls-san", nil, "extra DNS name or IP for the serving certificate (repeatable)")
-	fl.StringVar(&cfg.DatastoreEndpoint, "datastore-endpoint", "", "datastore: empty for SQLite in the data dir, postgres://user:pass@host:port/db, or http(s)://etcd:2379")
+	fl.StringVar(&cfg.DatastoreEndpoint, "datastore-endpoint", "", "datastore: empty for SQLite in the data dir, postgres://user:pass@host:port/db, or http(s)://etcd:2379 (default $MUSTER_DATASTORE_ENDPOINT); a password here is visible to local users, prefer --datastore-endpoint-file")
+	fl.StringVar(&endpointFile, "datastore-endpoint-file", "", "file holding the --datastore-endpoint, so that its password is not on the command line")
 
-	fl.StringVar(&cfg.Token, "token", "", "server token shared by every server on one datastore (default: $MUSTER_TOKEN, else the data dir's, else generated); it seals the CA in the datastore")
+	fl.StringVar(&cfg.Token, "token", "", "server token shared by every server on one datastore (default: --token-file, else $MUSTER_TOKEN, else the data dir's, else generated); it seals the CA in the datastore")
+	fl.StringVar(&tokenFile, "token-file", "", "file holding the server token, so that it is not on the command line")
 	fl.DurationVar(&cfg.DatastorePollInterval, "datastore-poll-interval", 0, "how often to poll the datastore for other servers' changes (default 100ms for PostgreSQL, 1s for SQLite)")
 
 	fl.DurationVar(&cfg.AgentCertificateValidity, "agent-certificate-validity", join.DefaultCertificateValidity, "lifetime of the client certificates granted to agents; they renew at two thirds of it")
@@ -61,22 +73,33 @@ certificate, a server token and an admin kubeconfig there.`,
 
 	fl.DurationVar(&cfg.AgentSilenceThreshold, "agent-silence-threshold", lifecycle.DefaultSilenceThreshold, "how long an agent may go unheard before its Machine is Unavailable (agents heartbeat every 5s)")
 
-	cmd.AddCommand(newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg))
+	cmd.AddCommand(newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg), newVersionCommand())
 	return cmd
 }
 
 func newKubeconfigCommand(cfg *server.Config) *cobra.Command {
-	return &cobra.Command{
+	var output string
+	cmd := &cobra.Command{
 		Use:   "kubeconfig",
-		Short: "Print the admin kubeconfig of this server's data dir",
-		Args:  cobra.NoArgs,
+		Short: "Print or write the admin kubeconfig",
+		Long: `kubeconfig prints the admin kubeconfig of the server's data dir (--data-dir),
+or, when --data-dir is not given and $KUBECONFIG is set, the credential
+$KUBECONFIG selects, made self-contained. With --output FILE it writes FILE
+(mode 0600) whole or not at all; a shell redirection would leave an empty
+file behind if the command failed.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := bootstrap.ReadAdminKubeconfig(cfg.DataDir)
+			b, err := credential(cmd, cfg, "").Flatten()
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprint(cmd.OutOrStdout(), string(b))
+			if output != "" {
+				return kubeconfig.WriteFile(output, b)
+			}
+			_, err = cmd.OutOrStdout().Write(b)
 			return err
 		},
 	}
+	cmd.Flags().StringVar(&output, "output", "", "write the kubeconfig to this file (mode 0600) instead of standard output")
+	return cmd
 }

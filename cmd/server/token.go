@@ -1,40 +1,46 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/tools/clientcmd"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/jointoken"
+	"github.com/muster-io/muster/internal/kubeconfig"
 	"github.com/muster-io/muster/internal/server"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
 
-// adminClient returns a client for the server whose data dir is cfg.DataDir,
-// or for the one --kubeconfig names.
-func adminClient(cfg *server.Config, kubeconfig *string) func() (versioned.Interface, error) {
-	return func() (versioned.Interface, error) {
-		path := *kubeconfig
-		if path == "" {
-			path = filepath.Join(cfg.DataDir, "admin.kubeconfig")
-		}
-		rc, err := clientcmd.BuildConfigFromFlags("", path)
+// adminClient returns a client for the server that --kubeconfig, an
+// explicit --data-dir, $KUBECONFIG or the default data dir names, in that
+// order (internal/kubeconfig).
+func adminClient(cfg *server.Config, kubeconfigFlag *string) func(cmd *cobra.Command) (versioned.Interface, error) {
+	return func(cmd *cobra.Command) (versioned.Interface, error) {
+		rc, err := credential(cmd, cfg, *kubeconfigFlag).RESTConfig()
 		if err != nil {
-			return nil, fmt.Errorf("loading %s: %w; pass --kubeconfig or the server's --data-dir", path, err)
+			return nil, err
 		}
 		return versioned.NewForConfig(rc)
 	}
 }
 
+func credential(cmd *cobra.Command, cfg *server.Config, kubeconfigFlag string) kubeconfig.Lookup {
+	return kubeconfig.Lookup{Flag: kubeconfigFlag, DataDir: cfg.DataDir, DataDirSet: cmd.Flags().Changed("data-dir")}
+}
+
+const kubeconfigUsage = "admin kubeconfig (default: --data-dir's admin.kubeconfig if --data-dir is given, else $KUBECONFIG, else the default data dir's)"
+
 func newTokenCommand(cfg *server.Config) *cobra.Command {
 	var kubeconfig string
 	client := adminClient(cfg, &kubeconfig)
-	cmd := &cobra.Command{Use: "token", Short: "Create, list and revoke join tokens"}
-	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", "admin kubeconfig (default: <data-dir>/admin.kubeconfig)")
+	cmd := groupCommand("token", "Create, list and revoke join tokens")
+	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", kubeconfigUsage)
 
 	opts := jointoken.CreateOptions{}
 	create := &cobra.Command{
@@ -42,7 +48,10 @@ func newTokenCommand(cfg *server.Config) *cobra.Command {
 		Short: "Create a join token and print it once",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := client()
+			if opts.TTL < 0 {
+				return fmt.Errorf("--ttl %s is negative: give how long the token may be used, such as 24h, or 0 for a token that never expires", opts.TTL)
+			}
+			c, err := client(cmd)
 			if err != nil {
 				return err
 			}
@@ -60,20 +69,28 @@ func newTokenCommand(cfg *server.Config) *cobra.Command {
 	create.Flags().StringVar(&opts.Description, "description", "", "what the token is for")
 	create.Flags().Int32Var(&opts.MaxUses, "max-uses", 0, "how many machines may join with the token (0: no limit)")
 
+	var output string
 	list := &cobra.Command{
 		Use: "list", Short: "List join tokens", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := client()
+			if output != "" && output != "json" && output != "yaml" {
+				return fmt.Errorf("--output %q: give json or yaml, or leave it out for a table", output)
+			}
+			c, err := client(cmd)
 			if err != nil {
 				return err
 			}
-			return jointoken.List(cmd.Context(), c, cmd.OutOrStdout())
+			if output == "" {
+				return jointoken.List(cmd.Context(), c, cmd.OutOrStdout())
+			}
+			return printTokens(cmd, c, output)
 		},
 	}
+	list.Flags().StringVarP(&output, "output", "o", "", "json or yaml: the ClusterRegistrationTokens as kubectl would print them (hashes, never secrets)")
 	revoke := &cobra.Command{
-		Use: "revoke ID", Short: "Revoke a join token", Args: cobra.ExactArgs(1),
+		Use: "revoke ID", Short: "Revoke a join token", Args: oneArg("ID", "the first column of 'muster-server token list'"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := client()
+			c, err := client(cmd)
 			if err != nil {
 				return err
 			}
@@ -96,15 +113,15 @@ func newTokenCommand(cfg *server.Config) *cobra.Command {
 func newRegistrationCommand(cfg *server.Config) *cobra.Command {
 	var kubeconfig, message string
 	client := adminClient(cfg, &kubeconfig)
-	cmd := &cobra.Command{Use: "registration", Short: "Approve or deny registrations made with manual-approval tokens"}
-	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", "admin kubeconfig (default: <data-dir>/admin.kubeconfig)")
+	cmd := groupCommand("registration", "Approve or deny registrations made with manual-approval tokens")
+	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", kubeconfigUsage)
 	cmd.PersistentFlags().StringVar(&message, "message", "", "note recorded in the registration's status")
 	for _, approve := range []bool{true, false} {
 		verb := map[bool]string{true: "approve", false: "deny"}[approve]
 		cmd.AddCommand(&cobra.Command{
-			Use: verb + " NAME", Short: verb + " a pending registration", Args: cobra.ExactArgs(1),
+			Use: verb + " NAME", Short: verb + " a pending registration", Args: oneArg("NAME", "of the ClusterRegistration: kubectl get clusterregistrations"),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				c, err := client()
+				c, err := client(cmd)
 				if err != nil {
 					return err
 				}
@@ -117,4 +134,29 @@ func newRegistrationCommand(cfg *server.Config) *cobra.Command {
 		})
 	}
 	return cmd
+}
+
+// printTokens prints the tokens as kubectl get -o json|yaml would, a List of
+// objects with their kinds.
+func printTokens(cmd *cobra.Command, c versioned.Interface, format string) error {
+	list, err := c.MusterV1alpha1().ClusterRegistrationTokens().List(cmd.Context(), metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing tokens: %w", err)
+	}
+	list.APIVersion, list.Kind = "v1", "List"
+	for i := range list.Items {
+		list.Items[i].APIVersion, list.Items[i].Kind = api.SchemeGroupVersion.String(), "ClusterRegistrationToken"
+	}
+	var b []byte
+	if format == "json" {
+		b, err = json.MarshalIndent(list, "", "    ")
+		b = append(b, '\n')
+	} else {
+		b, err = yaml.Marshal(list)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = cmd.OutOrStdout().Write(b)
+	return err
 }

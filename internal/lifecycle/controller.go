@@ -175,7 +175,7 @@ func (c *Controller) syncMachine(ctx context.Context, name string) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	facts := facts{plan: plan, live: c.tracker.Live(name, c.silence), seen: c.tracker.LastSeen(name), now: c.now()}
+	facts := facts{plan: plan, live: c.tracker.Live(name, c.silence), heard: c.tracker.Heard(name, c.silence), seen: c.tracker.LastSeen(name), now: c.now()}
 	// Decided on the cached Machine, so that a pass with nothing to do
 	// costs no datastore access; decided again on the stored one inside
 	// the compare-and-swap, so a stale cache never writes a stale status.
@@ -199,9 +199,13 @@ func (c *Controller) syncMachine(ctx context.Context, name string) error {
 // facts are what the controller knows of a machine besides its object.
 type facts struct {
 	plan *api.MachinePlan
+	// live: not to be declared silent (heard, or the term is too young to tell).
 	live bool
-	seen time.Time
-	now  time.Time
+	// heard: its agent was heard within the silence threshold; what it
+	// takes to move a machine to a phase that says its agent is there.
+	heard bool
+	seen  time.Time
+	now   time.Time
 }
 
 // advance takes at most one transition on m's status and refreshes what
@@ -209,7 +213,7 @@ type facts struct {
 // and whether m's status changed at all.
 func advance(m *api.Machine, f facts) (string, bool) {
 	before := m.Status.DeepCopy()
-	event, reason := decide(m, f.plan, f.live)
+	event, reason := decide(m, f.plan, f.live, f.heard)
 	if event != "" {
 		to, err := fsm.Machine.Fire(string(m.Status.Phase), event)
 		if err != nil {
@@ -219,7 +223,7 @@ func advance(m *api.Machine, f facts) (string, bool) {
 		}
 		m.Status.Phase, m.Status.Reason = api.MachinePhase(to), reason
 	}
-	if f.live && !f.seen.IsZero() && (before.LastSeen == nil || event != "" || f.now.Sub(before.LastSeen.Time) > LastSeenPersistInterval) {
+	if f.heard && (before.LastSeen == nil || event != "" || f.now.Sub(before.LastSeen.Time) > LastSeenPersistInterval) {
 		t := metav1.NewTime(f.seen)
 		m.Status.LastSeen = &t
 	}
@@ -235,7 +239,10 @@ func advance(m *api.Machine, f facts) (string, bool) {
 }
 
 // decide returns the event a machine should take now, if any, and why.
-func decide(m *api.Machine, plan *api.MachinePlan, live bool) (event, reason string) {
+// A phase says what the server knows: a machine leaves Registering or
+// Unavailable only when its agent was heard, and is declared silent only
+// when it was not heard for a whole threshold (live is false).
+func decide(m *api.Machine, plan *api.MachinePlan, live, heard bool) (event, reason string) {
 	applied := plan != nil && plan.Status.Checksum != "" && plan.Status.State == api.PlanStateSucceeded &&
 		plan.Status.AppliedChecksum == plan.Status.Checksum && probesHealthy(plan)
 	failedForGood := plan != nil && plan.Status.State == api.PlanStateFailed && plan.Status.FailureCount >= plan.Spec.MaxFailures
@@ -243,7 +250,7 @@ func decide(m *api.Machine, plan *api.MachinePlan, live bool) (event, reason str
 
 	switch m.Status.Phase {
 	case api.MachinePhaseRegistering:
-		if live && m.Status.AgentVersion != "" {
+		if heard && m.Status.AgentVersion != "" {
 			return "agent-checked-in", "AgentCheckedIn"
 		}
 	case api.MachinePhaseBootstrapping, api.MachinePhaseUpdating:
@@ -268,9 +275,9 @@ func decide(m *api.Machine, plan *api.MachinePlan, live bool) (event, reason str
 		// The state machine cannot remember where the machine went silent
 		// from, so the plan says where it comes back to.
 		switch {
-		case live && applied:
+		case heard && applied:
 			return "agent-returned", "AgentReturned"
-		case live:
+		case heard:
 			return "agent-returned-mid-plan", "AgentReturned"
 		}
 	case api.MachinePhaseFailed:

@@ -68,7 +68,7 @@ func TestAdvance(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := tt.machine.DeepCopy()
-			event, changed := advance(m, facts{plan: tt.plan, live: tt.live, seen: now.Add(-time.Second), now: now})
+			event, changed := advance(m, facts{plan: tt.plan, live: tt.live, heard: tt.live, seen: now.Add(-time.Second), now: now})
 			if event != tt.wantEvent || changed != tt.wantChanged || m.Status.Phase != tt.wantPhase || m.Status.PlanState != tt.wantPlanState {
 				t.Errorf("advance = event %q changed %v, phase %s, planState %q; want event %q changed %v, phase %s, planState %q",
 					event, changed, m.Status.Phase, m.Status.PlanState, tt.wantEvent, tt.wantChanged, tt.wantPhase, tt.wantPlanState)
@@ -77,6 +77,45 @@ func TestAdvance(t *testing.T) {
 				if _, err := fsm.Machine.EventFor(string(tt.machine.Status.Phase), string(m.Status.Phase)); err != nil {
 					t.Errorf("the move is not one the state machine has: %v", err)
 				}
+			}
+		})
+	}
+}
+
+// Just after a server starts (or a leader takes over), no agent has been
+// heard yet: machines keep their phase for one silence threshold, and none
+// comes back to Running, or checks in, on the strength of the start alone.
+func TestAdvanceAfterStart(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	longAgo := metav1.NewTime(now.Add(-time.Hour))
+	applied := &api.MachinePlan{Spec: api.MachinePlanSpec{MaxFailures: 3}, Status: api.MachinePlanStatus{Checksum: "c", AppliedChecksum: "c", State: api.PlanStateSucceeded}}
+	machine := func(phase api.MachinePhase) *api.Machine {
+		return &api.Machine{Status: api.MachineStatus{Phase: phase, AgentVersion: "v1", PlanState: api.PlanStateSucceeded, LastSeen: &longAgo}}
+	}
+	tests := []struct {
+		name        string
+		phase       api.MachinePhase
+		live, heard bool
+		wantEvent   string
+	}{
+		{"an Unavailable machine not heard since the start stays Unavailable", api.MachinePhaseUnavailable, true, false, ""},
+		{"an Unavailable machine heard since the start returns", api.MachinePhaseUnavailable, true, true, "agent-returned"},
+		{"a Running machine not heard yet keeps Running within the threshold", api.MachinePhaseRunning, true, false, ""},
+		{"a Running machine not heard for a threshold after the start is Unavailable", api.MachinePhaseRunning, false, false, "agent-silent"},
+		{"a Registering machine does not check in on the start alone", api.MachinePhaseRegistering, true, false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := machine(tt.phase)
+			event, changed := advance(m, facts{plan: applied, live: tt.live, heard: tt.heard, now: now})
+			if event != tt.wantEvent {
+				t.Errorf("advance = %q, want %q", event, tt.wantEvent)
+			}
+			if !tt.heard && !m.Status.LastSeen.Equal(&longAgo) {
+				t.Errorf("lastSeen moved to %v although the agent was not heard", m.Status.LastSeen)
+			}
+			if event == "" && changed {
+				t.Errorf("status changed without a transition: %+v", m.Status)
 			}
 		})
 	}

@@ -55,10 +55,13 @@ func (t *Tracker) Observe(u user.Info) {
 }
 
 // Begin starts a term of judging liveness, when this server starts or
-// becomes the controller leader: a machine not heard from since counts as
-// heard from now, because its agent may be talking to a server whose report
-// has not arrived yet. Without it every machine would look silent for a
-// moment after a restart or a leader change.
+// becomes the controller leader. A machine not heard from since is given
+// the benefit of the doubt for one silence threshold (Live), because its
+// agent may be talking to a server whose report has not arrived yet;
+// without it every machine would look silent for a moment after a restart
+// or a leader change. The doubt only keeps a machine where it is: nothing
+// comes back to life on it (Heard), or a restart would mark every dead
+// machine alive until the threshold ran out.
 func (t *Tracker) Begin() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -74,11 +77,22 @@ func (t *Tracker) LastSeen(machine string) time.Time {
 }
 
 // Live reports whether the machine was heard from within silence, counting
-// the start of the current term as a hearing.
+// the start of the current term as a hearing: a machine judged live need
+// not be declared silent.
 func (t *Tracker) Live(machine string, silence time.Duration) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	last := latest(latest(t.seen[machine], t.remote[machine]), t.baseline)
+	return !last.IsZero() && t.now().Sub(last) < silence
+}
+
+// Heard reports whether the machine's agent was really heard from within
+// silence, by this server or another: what it takes to call a machine
+// alive that was not.
+func (t *Tracker) Heard(machine string, silence time.Duration) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	last := latest(t.seen[machine], t.remote[machine])
 	return !last.IsZero() && t.now().Sub(last) < silence
 }
 

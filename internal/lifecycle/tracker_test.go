@@ -27,10 +27,11 @@ func TestTrackerLiveness(t *testing.T) {
 	tests := []struct {
 		name string
 		// steps run in order on a tracker whose clock starts at t0
-		steps    func(tr *Tracker, c *clock)
-		machine  string
-		wantLive bool
-		wantSeen time.Duration // since t0; -1 for never
+		steps     func(tr *Tracker, c *clock)
+		machine   string
+		wantLive  bool
+		wantHeard bool
+		wantSeen  time.Duration // since t0; -1 for never
 	}{
 		{
 			name:    "never heard, no term",
@@ -40,7 +41,7 @@ func TestTrackerLiveness(t *testing.T) {
 		{
 			name:    "heard here recently",
 			steps:   func(tr *Tracker, c *clock) { tr.Observe(machineUser("m")); c.t = c.t.Add(30 * time.Second) },
-			machine: "m", wantLive: true, wantSeen: 0,
+			machine: "m", wantLive: true, wantHeard: true, wantSeen: 0,
 		},
 		{
 			name:    "heard here too long ago",
@@ -53,7 +54,7 @@ func TestTrackerLiveness(t *testing.T) {
 				c.t = c.t.Add(50 * time.Second)
 				tr.Merge(Report{AgesMillis: map[string]int64{"m": 5000}})
 			},
-			machine: "m", wantLive: true, wantSeen: 45 * time.Second,
+			machine: "m", wantLive: true, wantHeard: true, wantSeen: 45 * time.Second,
 		},
 		{
 			name: "an older report does not move the hearing back",
@@ -61,16 +62,25 @@ func TestTrackerLiveness(t *testing.T) {
 				tr.Merge(Report{AgesMillis: map[string]int64{"m": 0}})
 				tr.Merge(Report{AgesMillis: map[string]int64{"m": 20000}})
 			},
-			machine: "m", wantLive: true, wantSeen: 0,
+			machine: "m", wantLive: true, wantHeard: true, wantSeen: 0,
 		},
 		{
-			name: "a new term counts as a hearing, but is not recorded as one",
+			name: "a new term keeps a machine live, but is not a hearing",
 			steps: func(tr *Tracker, c *clock) {
 				c.t = c.t.Add(time.Hour)
 				tr.Begin()
 				c.t = c.t.Add(39 * time.Second)
 			},
 			machine: "m", wantLive: true, wantSeen: -1,
+		},
+		{
+			name: "heard after a new term",
+			steps: func(tr *Tracker, c *clock) {
+				tr.Begin()
+				c.t = c.t.Add(10 * time.Second)
+				tr.Observe(machineUser("m"))
+			},
+			machine: "m", wantLive: true, wantHeard: true, wantSeen: 10 * time.Second,
 		},
 		{
 			name: "silent for a whole term",
@@ -96,6 +106,9 @@ func TestTrackerLiveness(t *testing.T) {
 			tt.steps(tr, c)
 			if got := tr.Live(tt.machine, silence); got != tt.wantLive {
 				t.Errorf("Live = %v, want %v", got, tt.wantLive)
+			}
+			if got := tr.Heard(tt.machine, silence); got != tt.wantHeard {
+				t.Errorf("Heard = %v, want %v", got, tt.wantHeard)
 			}
 			seen := tr.LastSeen(tt.machine)
 			switch {

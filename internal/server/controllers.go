@@ -95,6 +95,9 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 	// The hook returns (and /readyz turns ready) only once every join token
 	// is in the cache, so a valid token is never refused during start-up.
 	if !cache.WaitForCacheSync(ctx.Done(), tokenInformer.Informer().HasSynced) {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: nothing failed
+		}
 		return fmt.Errorf("join tokens could not be loaded from the datastore")
 	}
 	c.tokens.SetLister(tokenInformer.Lister())
@@ -156,7 +159,7 @@ func (c *controllers) lead(term context.Context) {
 // once instead of after the lease duration) and deletes this server's
 // endpoint, so agents stop choosing it.
 func (c *controllers) stepDown() error {
-	if c.client == nil {
+	if c.client == nil || c.stopElection == nil { // stopped before the election began
 		return nil
 	}
 	c.stopElection()

@@ -78,8 +78,22 @@ func DefaultDataDir() string {
 }
 
 // Run serves until ctx is cancelled. The API server stops first, so that no
-// request is left half-written, and the datastore after it.
+// request is left half-written, and the datastore after it. A stop asked
+// for while the server is still starting is a stop, not a failure.
 func Run(ctx context.Context, cfg Config) error {
+	err := run(ctx, cfg)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		klog.InfoS("muster-server stopped while starting", "detail", err.Error())
+		return nil
+	case err == nil:
+		klog.InfoS("muster-server stopped")
+	}
+	klog.Flush()
+	return err
+}
+
+func run(ctx context.Context, cfg Config) error {
 	tuneGC()
 	dataDir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
@@ -94,6 +108,12 @@ func Run(ctx context.Context, cfg Config) error {
 	bind := net.ParseIP(cfg.BindAddress)
 	if bind == nil {
 		return fmt.Errorf("--bind-address %q is not an IP address: give one such as 0.0.0.0 or 127.0.0.1", cfg.BindAddress)
+	}
+	// Before anything is generated or the datastore dialled: a port in use
+	// would otherwise be found only after a CA, certificates and a token
+	// were made for a server that cannot serve.
+	if err := checkPort(bind, cfg.HTTPSPort); err != nil {
+		return err
 	}
 	ds, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, Endpoint: cfg.DatastoreEndpoint, PollInterval: cfg.DatastorePollInterval})
 	if err != nil {
@@ -154,4 +174,13 @@ func Run(ctx context.Context, cfg Config) error {
 	klog.InfoS("muster-server starting", "server", self, "advertise", advertised, "dataDir", cfg.DataDir, "datastore", ds.Backend(),
 		"https", net.JoinHostPort(cfg.BindAddress, fmt.Sprint(cfg.HTTPSPort)), "adminKubeconfig", state.Files.AdminKubeconfig)
 	return api.Run(ctx)
+}
+
+func checkPort(bind net.IP, port int) error {
+	addr := net.JoinHostPort(bind.String(), fmt.Sprint(port))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s: %w; stop what uses the port, or choose another with --https-port (or --bind-address)", addr, err)
+	}
+	return l.Close()
 }
