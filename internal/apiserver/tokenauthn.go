@@ -14,7 +14,6 @@ import (
 
 	"github.com/muster-io/muster/internal/identity"
 	"github.com/muster-io/muster/internal/jointoken"
-	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	listers "github.com/muster-io/muster/pkg/client/listers/muster/v1alpha1"
 )
 
@@ -73,22 +72,9 @@ func (a *TokenAuthenticator) AuthenticateToken(_ context.Context, value string) 
 		return nil, false, nil
 	}
 	info := &user.DefaultInfo{Name: identity.BootstrapUser(tok.ID), Groups: []string{identity.BootstrappersGroup}}
-	if why := inactive(obj, a.now()); why != "" {
+	if why := jointoken.Inactive(obj, a.now()); why != "" {
 		info.Groups = []string{identity.InactiveBootstrappersGroup}
 		info.Extra = map[string][]string{identity.ReasonExtra: {why}}
 	}
 	return &authenticator.Response{User: info}, true, nil
-}
-
-// inactive says why a token may not be used, or "" when it may.
-func inactive(t *api.ClusterRegistrationToken, now time.Time) string {
-	switch {
-	case t.Status.Phase == api.TokenPhaseRevoked:
-		return fmt.Sprintf("join token %s was revoked", t.Name)
-	case t.Status.Phase == api.TokenPhaseExpired:
-		return fmt.Sprintf("join token %s has expired", t.Name)
-	case t.Status.ExpiresAt != nil && !now.Before(t.Status.ExpiresAt.Time):
-		return fmt.Sprintf("join token %s expired at %s", t.Name, t.Status.ExpiresAt.UTC().Format(time.RFC3339))
-	}
-	return ""
 }

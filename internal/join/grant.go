@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/identity"
+	"github.com/muster-io/muster/internal/jointoken"
 	"github.com/muster-io/muster/internal/nodepassword"
 	"github.com/muster-io/muster/internal/pki"
 	"github.com/muster-io/muster/internal/registry"
@@ -243,7 +244,7 @@ func (g *Granter) checkToken(ctx context.Context, reg *api.ClusterRegistration) 
 	if err != nil {
 		return nil, err
 	}
-	if why := Inactive(tok, time.Now()); why != "" {
+	if why := jointoken.Inactive(tok, time.Now()); why != "" {
 		return nil, refuse(http.StatusForbidden, "TokenInactive", "%s: create a new one with 'muster-server token create'", why)
 	}
 	if tok.Spec.MaxUses > 0 && tok.Status.Registrations >= tok.Spec.MaxUses {
@@ -272,19 +273,6 @@ func (g *Granter) checkToken(ctx context.Context, reg *api.ClusterRegistration) 
 func usedUp(tok *api.ClusterRegistrationToken) *Refusal {
 	return refuse(http.StatusForbidden, "TokenUsedUp",
 		"join token %s has been used for all of its %d registrations: create a new one with 'muster-server token create'", tok.Name, tok.Spec.MaxUses)
-}
-
-// Inactive says why a token may not be used, or "" when it may.
-func Inactive(t *api.ClusterRegistrationToken, now time.Time) string {
-	switch {
-	case t.Status.Phase == api.TokenPhaseRevoked:
-		return fmt.Sprintf("join token %s was revoked", t.Name)
-	case t.Status.Phase == api.TokenPhaseExpired:
-		return fmt.Sprintf("join token %s has expired", t.Name)
-	case t.Status.ExpiresAt != nil && !now.Before(t.Status.ExpiresAt.Time):
-		return fmt.Sprintf("join token %s expired at %s", t.Name, t.Status.ExpiresAt.UTC().Format(time.RFC3339))
-	}
-	return ""
 }
 
 // checkPassword compares the request's password, as the create recorded it,

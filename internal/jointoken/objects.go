@@ -114,3 +114,17 @@ func List(ctx context.Context, c versioned.Interface, w io.Writer) error {
 	}
 	return tw.Flush()
 }
+
+// Inactive says why a join token may not be used, or "" when it may: the
+// authenticator (so the 403 can say why) and every grant ask the same.
+func Inactive(t *api.ClusterRegistrationToken, now time.Time) string {
+	switch {
+	case t.Status.Phase == api.TokenPhaseRevoked:
+		return fmt.Sprintf("join token %s was revoked", t.Name)
+	case t.Status.Phase == api.TokenPhaseExpired:
+		return fmt.Sprintf("join token %s has expired", t.Name)
+	case t.Status.ExpiresAt != nil && !now.Before(t.Status.ExpiresAt.Time):
+		return fmt.Sprintf("join token %s expired at %s", t.Name, t.Status.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return ""
+}
