@@ -341,7 +341,7 @@ func (g *Granter) claimPassword(ctx context.Context, reg *api.ClusterRegistratio
 func (g *Granter) checkMachine(ctx context.Context, reg *api.ClusterRegistration, tok *api.ClusterRegistrationToken, password *api.NodePassword, fresh bool) (*api.Machine, error) {
 	m, err := g.objects.Machine(ctx, reg.Spec.NodeName, fresh)
 	if apierrors.IsNotFound(err) {
-		return nil, g.checkNewMachine(ctx, reg, fresh)
+		return nil, g.checkNewMachine(ctx, reg)
 	}
 	if err != nil {
 		return nil, err
@@ -397,12 +397,14 @@ func (g *Granter) checkExisting(reg *api.ClusterRegistration, tok *api.ClusterRe
 // checkNewMachine checks that a Machine may be created for reg: a renewal
 // never creates one, a MachinePlan staged for a machine of that name is not
 // handed to whoever joins first, and an agent's clientID is its own.
-func (g *Granter) checkNewMachine(ctx context.Context, reg *api.ClusterRegistration, fresh bool) error {
+func (g *Granter) checkNewMachine(ctx context.Context, reg *api.ClusterRegistration) error {
 	name := reg.Spec.NodeName
 	if reg.Spec.MachineUID != "" {
 		return machineGone(name)
 	}
-	if _, err := g.objects.Plan(ctx, name, fresh); err == nil {
+	// Read from the datastore: a plan staged a moment ago must not slip
+	// past a cache that has not seen it (nothing else arbitrates here).
+	if _, err := g.objects.Plan(ctx, name, true); err == nil {
 		return refuse(http.StatusForbidden, "PlanWithoutMachine",
 			"a MachinePlan %s exists without a Machine: to stage work for a machine, create its Machine in a cluster too "+
 				"(then join with a token of that cluster), or delete the plan with 'kubectl delete machineplan %s'", name, name)

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -46,8 +47,11 @@ func (r *registrationREST) Create(ctx context.Context, obj runtime.Object, creat
 	if err := nodepassword.Validate(password); err != nil {
 		return nil, invalid(reg.Name, field.Invalid(field.NewPath("spec", "nodePassword"), "<redacted>", err.Error()))
 	}
-	// Everything a grant relies on is checked before anything is written.
-	if errs := registry.ClusterRegistration.Validate(reg); len(errs) > 0 {
+	// Everything the store will check is checked before anything is
+	// written: a grant must never have made a Machine for a request that
+	// is then refused.
+	errs := apimachineryvalidation.ValidateObjectMetaAccessor(reg, false, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+	if errs = append(errs, registry.ClusterRegistration.Validate(reg)...); len(errs) > 0 {
 		return nil, invalid(reg.Name, errs...)
 	}
 	csr, err := pki.ParseCSR(reg.Spec.CSR)
@@ -100,7 +104,9 @@ func (r *registrationREST) prepare(ctx context.Context, reg *api.ClusterRegistra
 	reg.Spec.TokenID, reg.Spec.MachineUID = "", ""
 	reg.Spec.NodePasswordHash, reg.Spec.VerifiedNodePassword = "", ""
 	reg.Status = api.ClusterRegistrationStatus{}
-	reg.Finalizers, reg.OwnerReferences = nil, nil
+	// Nothing reads a registration's labels or annotations, and an
+	// outsider's bytes have no place on the server's record of a grant.
+	reg.Finalizers, reg.OwnerReferences, reg.Labels, reg.Annotations = nil, nil, nil, nil
 	u, _ := request.UserFrom(ctx)
 	if tokenID, ok := identity.TokenID(u); ok {
 		reg.Spec.TokenID = tokenID

@@ -102,7 +102,7 @@ func (s statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set
 	}
 }
 
-func (s statusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
+func (s statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
 	setField(obj, "Spec", field_(old, "Spec"))
 	metav1.ResetObjectMetaForStatus(mustAccessor(obj), mustAccessor(old))
 	keepMainManagedFields(mustAccessor(obj), mustAccessor(old))
@@ -110,6 +110,11 @@ func (s statusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Obj
 		s.kind.prepareStatus(obj, old)
 	}
 	if s.kind.lifecycle == nil {
+		return
+	}
+	if isAgent(ctx) && !apiequality.Semantic.DeepEqual(getTransitions(obj), getTransitions(old)) {
+		// Left as sent, so that the agent's write is refused naming the
+		// field rather than quietly corrected.
 		return
 	}
 	// The history is the server's to write: keep the stored one and append
@@ -144,17 +149,23 @@ func (s statusStrategy) ValidateUpdate(ctx context.Context, obj, old runtime.Obj
 
 // validateAgent refuses a machine's agent the status fields the server owns.
 func (s statusStrategy) validateAgent(ctx context.Context, obj, old runtime.Object) field.ErrorList {
-	u, ok := request.UserFrom(ctx)
-	if !ok {
-		return nil // the server's own in-process writes
-	}
-	if _, _, isMachine := identity.Machine(u); !isMachine {
-		return nil
+	if !isAgent(ctx) {
+		return nil // administrators, controllers, the server's own in-process writes
 	}
 	if s.kind.agentStatus == nil {
 		return field.ErrorList{field.Forbidden(field.NewPath("status"), "a machine's agent may not write the status of "+s.kind.resource)}
 	}
 	return s.kind.agentStatus(obj, old)
+}
+
+// isAgent reports whether a machine's agent, with its certificate, makes the request.
+func isAgent(ctx context.Context) bool {
+	u, ok := request.UserFrom(ctx)
+	if !ok {
+		return false
+	}
+	_, _, isMachine := identity.Machine(u)
+	return isMachine
 }
 
 // keepMainManagedFields keeps the server-side-apply records of everything
