@@ -11,13 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
+	"net/http"
 	"os"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
 
 	"github.com/muster-io/muster/internal/agent/loadbalancer"
@@ -30,8 +31,12 @@ import (
 
 // Config is muster-agent's configuration, one field per flag.
 type Config struct {
-	Server              string
+	Server string
+	// Token is the join token itself (--token or $MUSTER_TOKEN); TokenFile
+	// names a file holding it (--token-file or $MUSTER_TOKEN_FILE), which
+	// keeps it off the command line.
 	Token               string
+	TokenFile           string
 	NodeName            string
 	WithNodeID          bool
 	Labels              map[string]string
@@ -40,11 +45,17 @@ type Config struct {
 	InsecureSkipCACheck bool
 	// Out receives the agent's account of each step.
 	Out io.Writer
+	// Args is the agent's command line, to print the command that joins
+	// again once the Machine is deleted; nil prints a generic one.
+	Args []string
 }
 
-// Run joins if needed, then stays running until ctx ends.
+// Run joins if needed, then stays running until ctx ends. It returns an
+// error when the agent's Machine is deleted while it runs: its certificate
+// is void from then on, and only a new join token brings it back.
 func Run(ctx context.Context, cfg Config) error {
-	a := &agent{cfg: cfg, dir: dataDir(cfg.DataDir)}
+	a := &agent{cfg: cfg, dir: dataDir(cfg.DataDir), gone: make(chan error, 1)}
+	a.removeStaleToken()
 	machine, err := a.credential(ctx)
 	if err != nil {
 		return err
@@ -57,12 +68,28 @@ func Run(ctx context.Context, cfg Config) error {
 		// The workers use a client made from the current certificate; after
 		// a renewal they start again with the new one.
 		wctx, stop := context.WithCancel(ctx)
-		if c, err := a.client(); err == nil {
+		c, err := a.client()
+		if err == nil {
 			go a.heartbeat(wctx, c, machine)
 			go a.runPlans(wctx, c, machine)
 		}
-		a.renewWhenDue(ctx)
+		renewed := make(chan struct{})
+		go func() {
+			defer close(renewed)
+			a.renewWhenDue(wctx)
+		}()
+		select {
+		case <-renewed:
+		case reason := <-a.gone:
+			stop()
+			<-renewed
+			a.say("machine %s is gone: %v", machine, reason)
+			return a.goneError(machine, reason)
+		}
 		stop()
+		if c != nil {
+			c.close()
+		}
 	}
 	return nil
 }
@@ -73,10 +100,61 @@ type agent struct {
 	// lb carries every certificate-authenticated connection once the
 	// agent holds a certificate.
 	lb *loadbalancer.LoadBalancer
+	// gone receives why the server no longer accepts this machine's
+	// certificate (its Machine was deleted), once that is certain.
+	gone chan error
 }
 
 func (a *agent) say(format string, args ...interface{}) {
 	fmt.Fprintf(a.cfg.Out, "muster-agent: "+format+"\n", args...)
+}
+
+// machineGone reports that the server refuses this machine's certificate
+// for good; Run ends the agent with the reason.
+func (a *agent) machineGone(reason error) {
+	select {
+	case a.gone <- reason:
+	default:
+	}
+}
+
+// goneError is the agent's last word when its Machine was deleted: what
+// happened and the command that joins this machine again.
+func (a *agent) goneError(machine string, reason error) error {
+	return fmt.Errorf("the server no longer accepts the certificate of machine %s (%v): "+
+		"its Machine was deleted, so this agent stops. To join again, create a join token on the server "+
+		"('muster-server token create'), write it to a file readable only by root and run: %s",
+		machine, reason, rejoinCommand(a.cfg.Args, a.cfg.DataDir))
+}
+
+// rejoinCommand is the agent's own command line with the join token
+// replaced by --token-file (never the token itself).
+func rejoinCommand(args []string, dataDir string) string {
+	if len(args) == 0 {
+		return fmt.Sprintf("muster-agent --data-dir %s --token-file /path/to/token", dataDir)
+	}
+	out := []string{args[0]}
+	for i := 1; i < len(args); i++ {
+		arg := args[i]
+		name, _, hasValue := strings.Cut(arg, "=")
+		if name == "--token" || name == "--token-file" {
+			if !hasValue {
+				i++ // its value is the next argument
+			}
+			continue
+		}
+		out = append(out, arg)
+	}
+	return strings.Join(append(out, "--token-file", "/path/to/token"), " ")
+}
+
+// removeStaleToken deletes a join token an older agent kept in the data
+// dir: a token is read from --token, --token-file or $MUSTER_TOKEN and
+// never written here, so a failed join cannot leave one to be reused.
+func (a *agent) removeStaleToken() {
+	if err := os.Remove(a.dir.path(tokenFile)); err == nil {
+		a.say("removed a join token left in %s by an earlier join; a join token is read only from --token-file, $MUSTER_TOKEN or --token", a.dir.path(tokenFile))
+	}
 }
 
 // credential returns the machine name once the agent holds a working
@@ -101,9 +179,10 @@ func (a *agent) credential(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("checking the stored certificate: %w", err)
 		}
 		a.say("the server refuses this machine's certificate: %v", err)
-		if a.token() == "" {
-			return "", fmt.Errorf("this machine's certificate is no longer valid (was the Machine deleted?): " +
-				"run the agent again with a new --token from 'muster-server token create' to re-register")
+		if !a.hasToken() {
+			return "", fmt.Errorf("this machine's certificate is no longer valid (was the Machine deleted?): "+
+				"create a join token on the server ('muster-server token create') and run: %s",
+				rejoinCommand(a.cfg.Args, a.cfg.DataDir))
 		}
 	}
 	backoff := time.Second
@@ -116,9 +195,7 @@ func (a *agent) credential(ctx context.Context) (string, error) {
 		if errors.As(err, &fatal) {
 			return "", fatal.err
 		}
-		// Retries wait longer each time, with jitter, so a fleet restarting
-		// together does not retry in lockstep.
-		wait := backoff/2 + rand.N(backoff)
+		wait := retryWait(err, backoff)
 		a.say("joining failed: %v; retrying in %s", err, wait.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
@@ -138,27 +215,36 @@ func fatal(format string, args ...interface{}) error {
 	return &fatalError{fmt.Errorf(format, args...)}
 }
 
-// token is the join token from the flag, or the one kept from an
-// interrupted join.
-func (a *agent) token() string {
+func (a *agent) hasToken() bool { return a.cfg.Token != "" || a.cfg.TokenFile != "" }
+
+// token is the join token from --token / $MUSTER_TOKEN, or read from
+// --token-file / $MUSTER_TOKEN_FILE.
+func (a *agent) token() (string, error) {
 	if a.cfg.Token != "" {
-		return a.cfg.Token
+		return a.cfg.Token, nil
 	}
-	t, _ := a.dir.read(tokenFile)
-	return t
+	if a.cfg.TokenFile == "" {
+		return "", fmt.Errorf("no join token: pass --token-file FILE or set MUSTER_TOKEN (a token from 'muster-server token create')")
+	}
+	b, err := os.ReadFile(a.cfg.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("reading the join token: %w; check --token-file", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", fmt.Errorf("--token-file %s is empty: write a token from 'muster-server token create' into it", a.cfg.TokenFile)
+	}
+	return t, nil
 }
 
 func (a *agent) join(ctx context.Context, id identity) (string, error) {
-	raw := a.token()
-	if raw == "" {
-		return "", fatal("no join token: pass --token (from 'muster-server token create')")
+	raw, err := a.token()
+	if err != nil {
+		return "", fatal("%v", err)
 	}
 	tok, err := jointoken.Parse(raw)
 	if err != nil {
 		return "", fatal("%v", err)
-	}
-	if err := a.dir.write(tokenFile, []byte(raw+"\n")); err != nil {
-		return "", fatal("keeping the join token in %s: %v", a.dir, err)
 	}
 
 	a.say("fetching the CA from %s/cacerts", a.cfg.Server)
@@ -200,11 +286,9 @@ func (a *agent) join(ctx context.Context, id identity) (string, error) {
 			return "", fatal("storing %s: %v", f.name, err)
 		}
 	}
-	// The bootstrap credential has done its job; only the certificate is used from now on.
-	if err := os.Remove(a.dir.path(tokenFile)); err != nil && !os.IsNotExist(err) {
-		return "", fatal("removing the join token: %v", err)
-	}
-	a.say("stored the certificate of machine %s (cluster %s); removed the join token", granted.Status.Machine, granted.Status.Cluster)
+	// The bootstrap credential has done its job; only the certificate is
+	// used from now on, and the token was never written to the data dir.
+	a.say("stored the certificate of machine %s (cluster %s); the join token is no longer needed", granted.Status.Machine, granted.Status.Cluster)
 	return granted.Status.Machine, nil
 }
 
@@ -232,7 +316,7 @@ func (a *agent) request(ctx context.Context, c versioned.Interface, id identity)
 	a.say("registering node %s (clientID %s)", id.nodeName, id.clientID)
 	created, err := regs.Create(ctx, reg, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsInvalid(err) {
+		if refused(err) || apierrors.IsInvalid(err) {
 			return nil, nil, fatal("the server refused the registration: %v", err)
 		}
 		return nil, nil, err
@@ -249,13 +333,17 @@ func (a *agent) request(ctx context.Context, c versioned.Interface, id identity)
 		// Served from the server's watch cache: polling costs the
 		// datastore nothing, and a grant shows up within milliseconds.
 		got, err := regs.Get(ctx, reg.Name, metav1.GetOptions{ResourceVersion: "0"})
+		wait := interval
 		switch {
-		case err != nil && (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)):
+		case err != nil && refused(err):
 			return nil, nil, fatal("the server refused the registration: %v", err)
 		case apierrors.IsNotFound(err):
 			// Just created; not in the cache yet.
 		case err != nil:
-			return nil, nil, err
+			// A server restarting or busy: the registration is stored, so
+			// keep waiting for it rather than registering again.
+			wait = retryWait(err, interval)
+			a.say("reading the registration: %v; retrying in %s", err, wait.Round(time.Millisecond))
 		case got.Status.Phase == api.RegistrationPhaseGranted:
 			return got, keyPEM, nil
 		case got.Status.Phase == api.RegistrationPhaseDenied || got.Status.Phase == api.RegistrationPhaseExpired:
@@ -264,7 +352,7 @@ func (a *agent) request(ctx context.Context, c versioned.Interface, id identity)
 		select {
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
-		case <-time.After(interval):
+		case <-time.After(wait):
 		}
 		interval = min(interval*2, 2*time.Second)
 	}
@@ -305,7 +393,9 @@ func (a *agent) renewWhenDue(ctx context.Context) {
 		if err == nil {
 			var granted *api.ClusterRegistration
 			var keyPEM []byte
-			if granted, keyPEM, err = a.request(ctx, c, id); err == nil {
+			granted, keyPEM, err = a.request(ctx, c, id)
+			c.close()
+			if err == nil {
 				// Key before certificate: a crash in between leaves a
 				// mismatched pair, which the next start detects and rejoins from.
 				if err = a.dir.write(keyFile, keyPEM); err == nil {
@@ -313,12 +403,21 @@ func (a *agent) renewWhenDue(ctx context.Context) {
 				}
 			}
 		}
+		var fatalErr *fatalError
+		if errors.As(err, &fatalErr) && ctx.Err() == nil {
+			// 401/403 to a renewal: the server no longer accepts this
+			// certificate; retrying cannot change that.
+			a.machineGone(fatalErr.err)
+			<-ctx.Done()
+			return
+		}
 		if err != nil {
-			a.say("renewing the certificate failed: %v; retrying in %s", err, retry)
+			wait := retryWait(err, retry)
+			a.say("renewing the certificate failed: %v; retrying in %s", err, wait.Round(time.Millisecond))
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(retry):
+			case <-time.After(wait):
 			}
 			retry = min(retry*2, 5*time.Minute)
 			continue
@@ -341,23 +440,53 @@ func (a *agent) certificate() (*x509.Certificate, error) {
 	return certs[0], nil
 }
 
-// checkCertificate reads the agent's own Machine with its certificate.
+// checkCertificate reads the agent's own Machine with its certificate. A
+// server that is down, restarting or busy is waited for: only its answer
+// (the Machine, or a 401/403) decides whether the certificate still works.
 func (a *agent) checkCertificate(ctx context.Context) (string, error) {
 	c, err := a.client()
 	if err != nil {
 		return "", err
 	}
+	defer c.close()
 	cert, err := a.certificate()
 	if err != nil {
 		return "", err
 	}
 	name := strings.TrimPrefix(cert.Subject.CommonName, "muster:machine:")
-	_, err = c.MusterV1alpha1().Machines().Get(ctx, name, metav1.GetOptions{})
-	return name, err
+	backoff := time.Second
+	for {
+		_, err = c.MusterV1alpha1().Machines().Get(ctx, name, metav1.GetOptions{})
+		if err == nil || refused(err) || ctx.Err() != nil || !transient(err) {
+			return name, err
+		}
+		wait := retryWait(err, backoff)
+		a.say("checking the stored certificate: %v; retrying in %s", err, wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return name, ctx.Err()
+		case <-time.After(wait):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
 }
 
-// client is the agent's certificate-authenticated client.
-func (a *agent) client() (versioned.Interface, error) {
+// session is a client built from the certificate on disk at one moment,
+// with its own connections. client-go's shared transport cache would hand a
+// client made after a re-join or renewal the connections its predecessor
+// opened with the old certificate, so a voided certificate would keep being
+// used; a session owns its connections and closes them when it ends.
+type session struct {
+	versioned.Interface
+	transport *http.Transport
+}
+
+// close drops the session's idle connections; requests in flight finish.
+func (s *session) close() { s.transport.CloseIdleConnections() }
+
+// client is the agent's certificate-authenticated client, with the
+// certificate and key as they are on disk now.
+func (a *agent) client() (*session, error) {
 	server := a.cfg.Server
 	if s, err := a.dir.read(serverFile); err == nil && server == "" {
 		server = s
@@ -365,13 +494,37 @@ func (a *agent) client() (versioned.Interface, error) {
 	if a.lb != nil {
 		server = "https://" + a.lb.Address()
 	}
-	return versioned.NewForConfig(&rest.Config{
+	var pem [3][]byte
+	for i, f := range []string{caFile, certFile, keyFile} {
+		b, err := os.ReadFile(a.dir.path(f))
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", a.dir.path(f), err)
+		}
+		pem[i] = b
+	}
+	cfg := &rest.Config{
 		// client-go's default of 5 requests/s would queue a plan's status
 		// writes behind heartbeats and renewals.
 		QPS: 50, Burst: 100,
-		Host: server,
-		TLSClientConfig: rest.TLSClientConfig{
-			CAFile: a.dir.path(caFile), CertFile: a.dir.path(certFile), KeyFile: a.dir.path(keyFile),
-		},
+		Host:            server,
+		TLSClientConfig: rest.TLSClientConfig{CAData: pem[0], CertData: pem[1], KeyData: pem[2]},
+	}
+	tlsConfig, err := rest.TLSConfigFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("loading the certificate in %s: %w", a.dir, err)
+	}
+	transport := utilnet.SetTransportDefaults(&http.Transport{
+		TLSClientConfig:     tlsConfig,
+		TLSHandshakeTimeout: 10 * time.Second,
+		MaxIdleConnsPerHost: 25,
 	})
+	rt, err := rest.HTTPWrappersForConfig(cfg, transport)
+	if err != nil {
+		return nil, err
+	}
+	c, err := versioned.NewForConfigAndClient(cfg, &http.Client{Transport: rt})
+	if err != nil {
+		return nil, err
+	}
+	return &session{Interface: c, transport: transport}, nil
 }

@@ -51,24 +51,53 @@ func (a *agent) checkIn(ctx context.Context, c versioned.Interface, machine stri
 	return err == nil
 }
 
+// voidAfter is how long the server must keep refusing the certificate
+// before the agent believes its Machine is gone: long enough to ride out a
+// server that answers wrongly for a moment (a restart, a failover), short
+// enough that systemd hears of a deleted Machine within a minute.
+const voidAfter = 15 * time.Second
+
 // heartbeat shows the server the agent is alive, and checks in again until
-// a check-in has succeeded.
+// a check-in has succeeded. When the server refuses the certificate (403
+// "machine ... no longer exists" once the Machine is deleted, or 401) for
+// voidAfter, it tells Run the Machine is gone.
 func (a *agent) heartbeat(ctx context.Context, c versioned.Interface, machine string) {
-	t := time.NewTicker(HeartbeatInterval)
-	defer t.Stop()
 	checkedIn := a.checkIn(ctx, c, machine)
+	var refusedSince time.Time
 	for beat := 0; ; beat++ {
 		if !checkedIn {
 			checkedIn = a.checkIn(ctx, c, machine)
 		}
-		_ = c.MusterV1alpha1().RESTClient().Get().AbsPath(api.HeartbeatPath).Do(ctx).Error()
+		next := HeartbeatInterval
+		err := c.MusterV1alpha1().RESTClient().Get().AbsPath(api.HeartbeatPath).Do(ctx).Error()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case refused(err):
+			if refusedSince.IsZero() {
+				refusedSince = time.Now()
+				a.say("the server refuses this machine's certificate: %v; stopping unless that changes within %s", err, voidAfter)
+			}
+			if time.Since(refusedSince) >= voidAfter {
+				a.machineGone(err)
+				return
+			}
+			// Look again soon: the verdict should come within voidAfter,
+			// not a heartbeat interval later.
+			next = time.Second
+		default:
+			if !refusedSince.IsZero() {
+				a.say("the server accepts this machine's certificate again")
+			}
+			refusedSince = time.Time{}
+		}
 		if beat%learnEvery == 0 {
 			a.learnServers(ctx, c)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(next):
 		}
 	}
 }

@@ -1,0 +1,123 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeTokenFile puts a join token in a 0600 file, as an operator would
+// for --token-file.
+func writeTokenFile(t *testing.T, token string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "join-token")
+	if err := os.WriteFile(f, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// tokenSecret is the secret part of K10<hash>::<id>.<secret>.
+func tokenSecret(token string) string { return token[strings.LastIndex(token, ".")+1:] }
+
+// TestAgentMachineDeletedAndRejoin (issue 20, blocker 1): an agent whose
+// Machine is deleted while it runs exits non-zero within a bounded time,
+// saying what happened and how to join again; started again on the same
+// data dir with a new token, it joins at once with the new certificate and
+// the new Machine reaches Running.
+func TestAgentMachineDeletedAndRejoin(t *testing.T) {
+	s := startServer(t, "")
+	dir := t.TempDir()
+	a := startAgent(t, s, dir, "--token-file", writeTokenFile(t, newToken(t, s)), "--node-name", "r1")
+	a.waitOutput("running as machine r1", 60*time.Second)
+	waitPhase(t, s, "r1", "Running", 60*time.Second)
+
+	s.mustKubectl("delete", "machine", "r1")
+	deleted := time.Now()
+	out, code := a.waitExit(60 * time.Second)
+	t.Logf("the agent exited %s after its Machine was deleted", time.Since(deleted).Round(100*time.Millisecond))
+	if code == 0 {
+		t.Errorf("the agent exited 0 after its Machine was deleted; systemd would not restart it:\n%s", out)
+	}
+	for _, want := range []string{"Machine was deleted", "muster-server token create", "--token-file", "--data-dir " + dir} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the agent's last words do not say %q:\n%s", want, out)
+		}
+	}
+
+	// Same data dir, a new token: the new certificate is used at once.
+	b := startAgent(t, s, dir, "--token-file", writeTokenFile(t, newToken(t, s)), "--node-name", "r1")
+	b.waitOutput("stored the certificate of machine r1", 60*time.Second)
+	waitPhase(t, s, "r1", "Running", 60*time.Second)
+	log := b.log.String()
+	if after := log[strings.Index(log, "stored the certificate"):]; strings.Contains(after, "no longer exists") {
+		t.Errorf("after re-joining the agent still used the voided certificate:\n%s", log)
+	}
+	select {
+	case <-b.exited:
+		t.Fatalf("the re-joined agent exited:\n%s", b.log.String())
+	default:
+	}
+}
+
+// TestAgentTokenNotOnCommandLine (issue 13, finding 7): with --token-file or
+// $MUSTER_TOKEN the join token's secret is nowhere in the agent's command
+// line, and the agent joins.
+func TestAgentTokenNotOnCommandLine(t *testing.T) {
+	s := startServer(t, "")
+	for _, how := range []string{"--token-file", "MUSTER_TOKEN"} {
+		t.Run(how, func(t *testing.T) {
+			token := newToken(t, s)
+			node := "cmdline-" + strings.ToLower(strings.ReplaceAll(strings.Trim(how, "-_"), "_", "-"))
+			args := []string{"--server", s.url(), "--data-dir", t.TempDir(), "--node-name", node}
+			var env []string
+			if how == "--token-file" {
+				args = append(args, "--token-file", writeTokenFile(t, token))
+			} else {
+				env = []string{"MUSTER_TOKEN=" + token}
+			}
+			a := runAgentBinaryEnv(t, env, args...)
+			cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(a.cmd.Process.Pid), "cmdline"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(cmdline), tokenSecret(token)) {
+				t.Errorf("the token's secret is in /proc/PID/cmdline: %q", cmdline)
+			}
+			a.waitOutput("running as machine "+node, 60*time.Second)
+			if strings.Contains(a.log.String(), tokenSecret(token)) {
+				t.Errorf("the token's secret is in the agent's log:\n%s", a.log.String())
+			}
+		})
+	}
+}
+
+// TestAgentFailedJoinKeepsNoToken (issue 20, item 15): a join that fails
+// leaves no join token in the data dir, and the next start without a token
+// says it needs one instead of silently reusing the old one.
+func TestAgentFailedJoinKeepsNoToken(t *testing.T) {
+	s := startServer(t, "")
+	token := newToken(t, s)
+	id := token[strings.LastIndex(token, "::")+2 : strings.LastIndex(token, ".")]
+	s.muster(t, "token", "revoke", id)
+	dir := t.TempDir()
+	a := startAgent(t, s, dir, "--token-file", writeTokenFile(t, token), "--node-name", "fj")
+	if out, code := a.waitExit(60 * time.Second); code == 0 || !strings.Contains(out, "refused") {
+		t.Fatalf("a join with a revoked token: exit %d, want non-zero with the server's refusal:\n%s", code, out)
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+		if strings.Contains(string(b), tokenSecret(token)) {
+			t.Errorf("the failed join left the join token in %s", filepath.Join(dir, e.Name()))
+		}
+	}
+	b := startAgent(t, s, dir, "--node-name", "fj")
+	out, code := b.waitExit(30 * time.Second)
+	if code == 0 || !strings.Contains(out, "no join token") || strings.Contains(out, "registering") {
+		t.Errorf("a start without a token after a failed join: exit %d, want it to ask for a token without registering:\n%s", code, out)
+	}
+}
