@@ -195,6 +195,11 @@ func (a *agent) credential(ctx context.Context) (string, error) {
 		if errors.As(err, &fatal) {
 			return "", fatal.err
 		}
+		if !transient(err) {
+			// A 4xx other than 401/403/429 says the request itself is wrong;
+			// sending it again cannot help.
+			return "", fmt.Errorf("joining: %w", err)
+		}
 		wait := retryWait(err, backoff)
 		a.say("joining failed: %v; retrying in %s", err, wait.Round(time.Millisecond))
 		select {
@@ -317,7 +322,7 @@ func (a *agent) request(ctx context.Context, c versioned.Interface, id identity)
 	created, err := regs.Create(ctx, reg, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		if refused(err) || apierrors.IsInvalid(err) {
-			return nil, nil, fatal("the server refused the registration: %v", err)
+			return nil, nil, fatal("the server refused the registration: %w", err)
 		}
 		return nil, nil, err
 	}
@@ -336,7 +341,7 @@ func (a *agent) request(ctx context.Context, c versioned.Interface, id identity)
 		wait := interval
 		switch {
 		case err != nil && refused(err):
-			return nil, nil, fatal("the server refused the registration: %v", err)
+			return nil, nil, fatal("the server refused the registration: %w", err)
 		case apierrors.IsNotFound(err):
 			// Just created; not in the cache yet.
 		case err != nil:
@@ -404,7 +409,7 @@ func (a *agent) renewWhenDue(ctx context.Context) {
 			}
 		}
 		var fatalErr *fatalError
-		if errors.As(err, &fatalErr) && ctx.Err() == nil {
+		if errors.As(err, &fatalErr) && refused(fatalErr.err) && ctx.Err() == nil {
 			// 401/403 to a renewal: the server no longer accepts this
 			// certificate; retrying cannot change that.
 			a.machineGone(fatalErr.err)
