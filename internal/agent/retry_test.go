@@ -169,11 +169,11 @@ func TestRequestRetriesWhatMayPass(t *testing.T) {
 			get:         []answer{status(503, metav1.StatusReasonServiceUnavailable, "restarting"), status(503, metav1.StatusReasonServiceUnavailable, "restarting"), {code: 200, body: registration(api.RegistrationPhaseGranted)}},
 			wantCreates: 1},
 		{name: "401 is final and says the server's reason",
-			create:    []answer{status(401, metav1.StatusReasonUnauthorized, "wrong token: check the token")},
-			wantErr:   "check the token", wantFatal: true, wantCreates: 1},
+			create:  []answer{status(401, metav1.StatusReasonUnauthorized, "wrong token: check the token")},
+			wantErr: "check the token", wantFatal: true, wantCreates: 1},
 		{name: "403 is final and says the server's reason",
-			create:    []answer{status(403, metav1.StatusReasonForbidden, "machine m1 no longer exists")},
-			wantErr:   "no longer exists", wantFatal: true, wantCreates: 1},
+			create:  []answer{status(403, metav1.StatusReasonForbidden, "machine m1 no longer exists")},
+			wantErr: "no longer exists", wantFatal: true, wantCreates: 1},
 		{name: "503 with Retry-After is tried again by the client",
 			create:      []answer{unavailable, {code: 201, body: registration(api.RegistrationPhaseGranted)}},
 			wantCreates: 2},
@@ -182,7 +182,7 @@ func TestRequestRetriesWhatMayPass(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			f := newFakeServer(t, dir, map[string][]answer{
-				"POST " + regsPath: tt.create,
+				"POST " + regsPath:            tt.create,
 				"GET " + regsPath + "/" + "*": tt.get,
 			})
 			// Gets carry the generated name; route them all to the script.
