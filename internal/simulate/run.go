@@ -34,6 +34,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	fleet.health.say = func(format string, args ...interface{}) {
+		fmt.Fprintf(out, "simulate: "+format+"\n", args...)
+	}
 	start, last := time.Now(), time.Now()
 	err = fleet.Join(ctx, func(n int) {
 		if time.Since(last) >= 2*time.Second || n == cfg.Count {
@@ -57,6 +60,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 		select {
 		case <-ctx.Done():
 			fleet.StopAll()
+			fmt.Fprintf(out, "simulate: stopped; %s\n", summary(fleet))
 			return nil
 		case err := <-planErr:
 			if err != nil {
@@ -64,14 +68,19 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 				return err
 			}
 		case <-t.C:
-			line := fmt.Sprintf("simulate: %d connected, %d plans reported applied", fleet.Connected(), fleet.Applied())
-			if done, waiting := fleet.PlanLatencies(); len(done) > 0 {
-				line += fmt.Sprintf("; plan change → applied p50 %s, p99 %s over %d changes, %d waiting",
-					percentile(done, 50).Round(time.Millisecond), percentile(done, 99).Round(time.Millisecond), len(done), waiting)
-			}
-			fmt.Fprintln(out, line)
+			fmt.Fprintf(out, "simulate: %s\n", summary(fleet))
 		}
 	}
+}
+
+// summary is the fleet's state, its plan latencies and what it saw of the server.
+func summary(fleet *Fleet) string {
+	line := fmt.Sprintf("%d connected, %d plans reported applied", fleet.Connected(), fleet.Applied())
+	if done, waiting := fleet.PlanLatencies(); len(done) > 0 {
+		line += fmt.Sprintf("; plan change → applied p50 %s, p99 %s over %d changes, %d waiting",
+			percentile(done, 50).Round(time.Millisecond), percentile(done, 99).Round(time.Millisecond), len(done), waiting)
+	}
+	return line + "; " + fleet.Health().String()
 }
 
 // percentile of sorted durations, p in 0..100.

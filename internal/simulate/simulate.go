@@ -67,6 +67,7 @@ type Fleet struct {
 	connected atomic.Int64
 	applied   atomic.Int64
 	changes   changes
+	health    health
 }
 
 // Agent is one simulated agent.
@@ -121,6 +122,10 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 	}
 	return f, nil
 }
+
+// Health is what the fleet saw of the server so far: errors by kind and
+// the outages it rode through.
+func (f *Fleet) Health() Health { return f.health.snapshot() }
 
 // Agents are the simulated agents, in order.
 func (f *Fleet) Agents() []*Agent { return f.agents }
@@ -199,15 +204,23 @@ func (f *Fleet) join(ctx context.Context, c versioned.Interface, a *Agent) error
 	}
 	regs := c.MusterV1alpha1().ClusterRegistrations()
 	var got *api.ClusterRegistration
+	// Like the real agent, a join rides through a server that is down or
+	// restarting: only the server's refusal ends it.
 	for attempt := 0; ; attempt++ {
 		got, err = regs.Create(ctx, reg, metav1.CreateOptions{})
 		if err == nil || apierrors.IsAlreadyExists(err) {
+			f.health.ok()
 			break
 		}
-		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsInvalid(err) || attempt == 5 || ctx.Err() != nil {
+		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsInvalid(err) || ctx.Err() != nil {
 			return fmt.Errorf("registering: %w", err)
 		}
-		sleep(ctx, time.Duration(attempt+1)*200*time.Millisecond)
+		f.health.failed(err)
+		wait := min(time.Duration(attempt+1)*200*time.Millisecond, 5*time.Second)
+		if s, ok := apierrors.SuggestsClientDelay(err); ok && s > 0 {
+			wait = time.Duration(s) * time.Second
+		}
+		sleep(ctx, wait)
 	}
 	// Like the real agent: take a grant from the create's answer, or poll
 	// briskly, then back off.
@@ -215,6 +228,7 @@ func (f *Fleet) join(ctx context.Context, c versioned.Interface, a *Agent) error
 	for first := err == nil; ; first = false {
 		if !first {
 			got, err = regs.Get(ctx, reg.Name, metav1.GetOptions{ResourceVersion: "0"})
+			f.health.observe(err)
 		}
 		switch {
 		case err != nil && (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)):
@@ -292,6 +306,7 @@ func (f *Fleet) session(ctx context.Context, a *Agent) {
 		return
 	}
 	for !f.checkIn(ctx, c, a, machine) {
+		// A server that is down: wait for it, as the real agent does.
 		if !sleep(ctx, time.Second) {
 			return
 		}
@@ -310,6 +325,7 @@ func (f *Fleet) checkIn(ctx context.Context, c versioned.Interface, a *Agent, ma
 	read := metav1.GetOptions{ResourceVersion: "0"}
 	for attempt := 0; attempt < 5; attempt++ {
 		m, err := machines.Get(ctx, machine, read)
+		f.health.observe(err)
 		if err != nil {
 			return false
 		}
@@ -339,7 +355,7 @@ func (f *Fleet) heartbeat(ctx context.Context, c versioned.Interface, machine st
 	t := time.NewTicker(f.cfg.HeartbeatInterval)
 	defer t.Stop()
 	for {
-		_ = c.MusterV1alpha1().RESTClient().Get().AbsPath(api.HeartbeatPath).Do(ctx).Error()
+		f.health.observe(c.MusterV1alpha1().RESTClient().Get().AbsPath(api.HeartbeatPath).Do(ctx).Error())
 		select {
 		case <-ctx.Done():
 			return
@@ -355,6 +371,7 @@ func (f *Fleet) watchPlan(ctx context.Context, c versioned.Interface, machine st
 	selector := fields.OneTermEqualSelector("metadata.name", machine).String()
 	for ctx.Err() == nil {
 		list, err := plans.List(ctx, metav1.ListOptions{FieldSelector: selector, ResourceVersion: "0"})
+		f.health.observe(err)
 		if err != nil {
 			sleep(ctx, time.Second)
 			continue
@@ -363,6 +380,7 @@ func (f *Fleet) watchPlan(ctx context.Context, c versioned.Interface, machine st
 			f.apply(ctx, c, &list.Items[i])
 		}
 		w, err := plans.Watch(ctx, metav1.ListOptions{FieldSelector: selector, ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true})
+		f.health.observe(err)
 		if err != nil {
 			sleep(ctx, time.Second)
 			continue
@@ -383,6 +401,7 @@ func (f *Fleet) watchPlan(ctx context.Context, c versioned.Interface, machine st
 func (f *Fleet) apply(ctx context.Context, c versioned.Interface, p *api.MachinePlan) {
 	for pause := time.Second; ; pause = min(2*pause, 30*time.Second) {
 		err := f.report(ctx, c, p)
+		f.health.observe(err)
 		if err == nil || apierrors.IsConflict(err) || apierrors.IsNotFound(err) || !sleep(ctx, pause) {
 			return
 		}
