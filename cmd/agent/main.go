@@ -55,10 +55,7 @@ func newRootCommand() *cobra.Command {
 			// Plan instructions inherit the agent's environment: the join
 			// token must not reach them.
 			_ = os.Unsetenv("MUSTER_TOKEN")
-			if cmd.Flags().Changed("token") {
-				fmt.Fprintln(os.Stderr, "muster-agent: WARNING: --token is readable by every local user in /proc/<pid>/cmdline "+
-					"while the agent runs; use --token-file FILE or $MUSTER_TOKEN instead")
-			}
+			cfg.TokenOnCommandLine = cmd.Flags().Changed("token")
 			cfg.Args = os.Args
 			return agent.Run(genericapiserver.SetupSignalContext(), cfg)
 		},

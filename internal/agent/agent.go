@@ -16,10 +16,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/agent/loadbalancer"
 	"github.com/muster-io/muster/internal/jointoken"
@@ -43,6 +45,9 @@ type Config struct {
 	Roles               []string
 	DataDir             string
 	InsecureSkipCACheck bool
+	// TokenOnCommandLine says the token came from --token, which the
+	// agent warns about.
+	TokenOnCommandLine bool
 	// Out receives the agent's account of each step.
 	Out io.Writer
 	// Args is the agent's command line, to print the command that joins
@@ -55,6 +60,19 @@ type Config struct {
 // is void from then on, and only a new join token brings it back.
 func Run(ctx context.Context, cfg Config) error {
 	a := &agent{cfg: cfg, dir: dataDir(cfg.DataDir), gone: make(chan error, 1)}
+	unlock, err := a.dir.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// client-go logs through klog (a watch ending, a retried request):
+	// those lines take the agent's format too, so every line has the same
+	// timestamp and prefix.
+	klog.SetLogger(funcr.New(func(prefix, args string) { a.say("client-go: %s", args) }, funcr.Options{}))
+	if cfg.TokenOnCommandLine {
+		a.say("WARNING: --token is readable by every local user in /proc/%d/cmdline while the agent runs; "+
+			"use --token-file FILE or $MUSTER_TOKEN instead", os.Getpid())
+	}
 	a.removeStaleToken()
 	machine, err := a.credential(ctx)
 	if err != nil {
@@ -105,8 +123,11 @@ type agent struct {
 	gone chan error
 }
 
+// say writes one line of the agent's account, timestamped: an operator
+// lines it up with the server's log to see what happened when.
 func (a *agent) say(format string, args ...interface{}) {
-	fmt.Fprintf(a.cfg.Out, "muster-agent: "+format+"\n", args...)
+	fmt.Fprintf(a.cfg.Out, "%s muster-agent: "+format+"\n",
+		append([]interface{}{time.Now().UTC().Format("2006-01-02T15:04:05.000Z")}, args...)...)
 }
 
 // machineGone reports that the server refuses this machine's certificate

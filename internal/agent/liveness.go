@@ -63,7 +63,7 @@ const voidAfter = 15 * time.Second
 // voidAfter, it tells Run the Machine is gone.
 func (a *agent) heartbeat(ctx context.Context, c versioned.Interface, machine string) {
 	checkedIn := a.checkIn(ctx, c, machine)
-	var refusedSince time.Time
+	var refusedSince, lostSince time.Time
 	for beat := 0; ; beat++ {
 		if !checkedIn {
 			checkedIn = a.checkIn(ctx, c, machine)
@@ -85,7 +85,16 @@ func (a *agent) heartbeat(ctx context.Context, c versioned.Interface, machine st
 			// Look again soon: the verdict should come within voidAfter,
 			// not a heartbeat interval later.
 			next = time.Second
+		case err != nil:
+			if lostSince.IsZero() {
+				lostSince = time.Now()
+				a.say("lost the server: %v; trying again every %s (the load balancer moves to another server if one answers)", err, HeartbeatInterval)
+			}
 		default:
+			if !lostSince.IsZero() {
+				a.say("the server answers again after %s (%s)", time.Since(lostSince).Round(time.Second), a.activeServer())
+				lostSince = time.Time{}
+			}
 			if !refusedSince.IsZero() {
 				a.say("the server accepts this machine's certificate again")
 			}
@@ -100,6 +109,14 @@ func (a *agent) heartbeat(ctx context.Context, c versioned.Interface, machine st
 		case <-time.After(next):
 		}
 	}
+}
+
+// activeServer names the server the load balancer sends the agent to.
+func (a *agent) activeServer() string {
+	if a.lb == nil {
+		return a.cfg.Server
+	}
+	return "through " + a.lb.Active()
 }
 
 func addresses() []api.MachineAddress {

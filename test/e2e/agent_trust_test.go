@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -119,5 +120,42 @@ func TestAgentFailedJoinKeepsNoToken(t *testing.T) {
 	out, code := b.waitExit(30 * time.Second)
 	if code == 0 || !strings.Contains(out, "no join token") || strings.Contains(out, "registering") {
 		t.Errorf("a start without a token after a failed join: exit %d, want it to ask for a token without registering:\n%s", code, out)
+	}
+}
+
+// TestAgentOneAgentPerDataDir (issue 20, item 13): a second agent on the
+// data dir of a running one refuses to start, naming the first one's pid.
+func TestAgentOneAgentPerDataDir(t *testing.T) {
+	s := startServer(t, "")
+	dir := t.TempDir()
+	a := startAgent(t, s, dir, "--token-file", writeTokenFile(t, newToken(t, s)), "--node-name", "solo")
+	a.waitOutput("running as machine solo", 60*time.Second)
+	b := startAgent(t, s, dir, "--node-name", "solo")
+	out, code := b.waitExit(30 * time.Second)
+	if code == 0 || !strings.Contains(out, "pid "+strconv.Itoa(a.cmd.Process.Pid)) || !strings.Contains(out, dir) {
+		t.Errorf("a second agent on the same data dir: exit %d, want a refusal naming pid %d and %s:\n%s", code, a.cmd.Process.Pid, dir, out)
+	}
+	// Once the first is gone (even killed), the data dir is free again.
+	a.kill()
+	c := startAgent(t, s, dir, "--node-name", "solo")
+	c.waitOutput("using the stored certificate of machine solo", 30*time.Second)
+}
+
+// TestAgentSaysWhenItLosesTheServer (issue 20, item 7): the agent says when
+// it loses its server and when the server is back, and every line it
+// writes carries a timestamp.
+func TestAgentSaysWhenItLosesTheServer(t *testing.T) {
+	s := startServer(t, "")
+	a := startAgent(t, s, t.TempDir(), "--token-file", writeTokenFile(t, newToken(t, s)), "--node-name", "loser")
+	a.waitOutput("running as machine loser", 60*time.Second)
+	s.kill9()
+	a.waitOutput("lost the server", 30*time.Second)
+	s.start()
+	a.waitOutput("the server answers again after", 60*time.Second)
+	stamp := regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z muster-agent: `)
+	for _, line := range strings.Split(strings.TrimSpace(a.log.String()), "\n") {
+		if !stamp.MatchString(line) {
+			t.Errorf("a line without a timestamp: %q", line)
+		}
 	}
 }
