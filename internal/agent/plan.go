@@ -259,8 +259,10 @@ func runPlan(ctx context.Context, spec *api.MachinePlanSpec) ([]api.InstructionO
 		if in.SaveOutput || res.err != nil {
 			out.Output = res.output
 		}
-		if res.err != nil {
-			// The reason goes last, where a reader of a long output looks.
+		if res.err != nil && res.exitCode < 0 {
+			// No exit code tells why (it did not start, timed out, was
+			// killed): the reason goes last, where a reader of a long
+			// output looks.
 			out.Output = truncate([]byte(joinLines(out.Output, fmt.Sprintf("muster-agent: %s %v", in.Command, res.err))))
 		}
 		outputs = append(outputs, out)
