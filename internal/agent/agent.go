@@ -5,9 +5,7 @@ package agent
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -26,7 +24,6 @@ import (
 	"github.com/muster-io/muster/internal/agent/loadbalancer"
 	"github.com/muster-io/muster/internal/jointoken"
 	"github.com/muster-io/muster/internal/pki"
-	"github.com/muster-io/muster/internal/version"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
@@ -273,25 +270,9 @@ func (a *agent) join(ctx context.Context, id identity) (string, error) {
 		return "", fatal("%v", err)
 	}
 
-	a.say("fetching the CA from %s/cacerts", a.cfg.Server)
-	ca, err := jointoken.FetchCA(ctx, a.cfg.Server)
-	if errors.Is(err, jointoken.ErrBadServerURL) {
-		return "", fatal("%v", err)
-	}
+	ca, err := PinCA(ctx, a.cfg.Server, tok, a.cfg.InsecureSkipCACheck, a.say)
 	if err != nil {
 		return "", err
-	}
-	sum := sha256.Sum256(ca)
-	switch {
-	case tok.CAHash == "" && !a.cfg.InsecureSkipCACheck:
-		return "", fatal("the token has no CA hash (K10<hash>::...), so the server cannot be verified: use the full token, or --insecure-skip-ca-check")
-	case tok.CAHash == "":
-		a.say("WARNING: not verifying the server's CA (--insecure-skip-ca-check): anyone on the path could impersonate the server")
-	case hex.EncodeToString(sum[:]) != tok.CAHash:
-		return "", fatal("the server's CA (sha256 %x) does not match the token's (%s): refusing to send any credential. "+
-			"Check --server, or get a token from this server", sum, tok.CAHash)
-	default:
-		a.say("verified the server's CA against the token (sha256 %s…)", tok.CAHash[:12])
 	}
 
 	bootstrap, err := versioned.NewForConfig(&rest.Config{
@@ -318,70 +299,13 @@ func (a *agent) join(ctx context.Context, id identity) (string, error) {
 	return granted.Status.Machine, nil
 }
 
-// request asks for a certificate with a fresh key and waits for the grant:
-// with the join token when joining, with the current certificate when renewing.
+// request asks for a certificate for this machine: with the join token
+// when joining, with the current certificate when renewing.
 func (a *agent) request(ctx context.Context, c versioned.Interface, id identity) (*api.ClusterRegistration, []byte, error) {
-	key, keyPEM, err := pki.NewPrivateKey()
-	if err != nil {
-		return nil, nil, err
-	}
-	csr, err := pki.NewCSR(id.nodeName, key)
-	if err != nil {
-		return nil, nil, err
-	}
-	clientRandom, _ := randomHex(16)()
-	reg := &api.ClusterRegistration{
-		ObjectMeta: metav1.ObjectMeta{Name: api.RegistrationName(id.clientID, clientRandom)},
-		Spec: api.ClusterRegistrationSpec{
-			ClientID: id.clientID, ClientRandom: clientRandom, NodeName: id.nodeName,
-			Labels: a.cfg.Labels, Roles: a.cfg.Roles, CSR: csr, NodePassword: id.nodePassword,
-			AgentVersion: version.Version, Addresses: addresses(),
-		},
-	}
-	regs := c.MusterV1alpha1().ClusterRegistrations()
-	a.say("registering node %s (clientID %s)", id.nodeName, id.clientID)
-	created, err := regs.Create(ctx, reg, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		if refused(err) || apierrors.IsInvalid(err) {
-			return nil, nil, fatal("the server refused the registration: %w", err)
-		}
-		return nil, nil, err
-	}
-	// A token that needs no approval is granted in the create's answer.
-	if err == nil && created.Status.Phase == api.RegistrationPhaseGranted {
-		return created, keyPEM, nil
-	}
-	a.say("waiting for the registration to be granted")
-	// Poll briskly at first (a grant takes milliseconds), then back off
-	// for registrations that wait for an operator.
-	interval := 100 * time.Millisecond
-	for {
-		// Served from the server's watch cache: polling costs the
-		// datastore nothing, and a grant shows up within milliseconds.
-		got, err := regs.Get(ctx, reg.Name, metav1.GetOptions{ResourceVersion: "0"})
-		wait := interval
-		switch {
-		case err != nil && refused(err):
-			return nil, nil, fatal("the server refused the registration: %w", err)
-		case apierrors.IsNotFound(err):
-			// Just created; not in the cache yet.
-		case err != nil:
-			// A server restarting or busy: the registration is stored, so
-			// keep waiting for it rather than registering again.
-			wait = retryWait(err, interval)
-			a.say("reading the registration: %v; retrying in %s", err, wait.Round(time.Millisecond))
-		case got.Status.Phase == api.RegistrationPhaseGranted:
-			return got, keyPEM, nil
-		case got.Status.Phase == api.RegistrationPhaseDenied || got.Status.Phase == api.RegistrationPhaseExpired:
-			return nil, nil, fatal("the registration was %s: %s", strings.ToLower(string(got.Status.Phase)), got.Status.Message)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		case <-time.After(wait):
-		}
-		interval = min(interval*2, 2*time.Second)
-	}
+	return Register(ctx, c, Registration{
+		NodeName: id.nodeName, ClientID: id.clientID, NodePassword: id.nodePassword,
+		Labels: a.cfg.Labels, Roles: a.cfg.Roles, Addresses: addresses(),
+	}, a.say)
 }
 
 // renewWhenDue waits until two thirds of the certificate's life and renews

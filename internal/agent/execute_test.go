@@ -189,16 +189,16 @@ func TestHTTPProbeReusesItsConnection(t *testing.T) {
 	}
 	srv.Start()
 	defer srv.Close()
-	p := newProbers([]api.PlanProbe{{Name: "web", HTTPGet: &api.HTTPGetProbe{URL: srv.URL}}})[0]
+	p := newProber(api.PlanProbe{Name: "web", HTTPGet: &api.HTTPGetProbe{URL: srv.URL}})
 	for i := 0; i < 20; i++ {
-		if err := p.probe(context.Background()); err != nil {
+		if err := p.Probe(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if n := opened.Load(); n != 1 {
 		t.Errorf("20 probe runs opened %d connections, want 1", n)
 	}
-	p.close()
+	p.Close()
 	deadline := time.Now().Add(5 * time.Second)
 	for open.Load() != 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)

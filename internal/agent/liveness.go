@@ -6,10 +6,6 @@ import (
 	"os"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
-
-	"github.com/muster-io/muster/internal/version"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
@@ -24,27 +20,10 @@ const HeartbeatInterval = 5 * time.Second
 // thousands listing them every heartbeat would double the server's load.
 const learnEvery = 6
 
-// checkIn reports the agent's version and addresses, writing only when they
-// changed; it reports whether the Machine now shows them.
+// checkIn reports the agent's version and addresses; it reports whether
+// the Machine now shows them.
 func (a *agent) checkIn(ctx context.Context, c versioned.Interface, machine string) bool {
-	machines := c.MusterV1alpha1().Machines()
-	// The server's watch cache answers first; a conflict means it lagged,
-	// and the retry reads the stored object.
-	read := metav1.GetOptions{ResourceVersion: "0"}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		m, err := machines.Get(ctx, machine, read)
-		read.ResourceVersion = ""
-		if err != nil {
-			return err
-		}
-		addrs := addresses()
-		if m.Status.AgentVersion == version.Version && equalAddresses(m.Status.Addresses, addrs) {
-			return nil
-		}
-		m.Status.AgentVersion, m.Status.Addresses = version.Version, addrs
-		_, err = machines.UpdateStatus(ctx, m, metav1.UpdateOptions{})
-		return err
-	})
+	err := CheckIn(ctx, c, machine, addresses())
 	if err != nil {
 		a.say("checking in: %v", err)
 	}
@@ -69,7 +48,7 @@ func (a *agent) heartbeat(ctx context.Context, c versioned.Interface, machine st
 			checkedIn = a.checkIn(ctx, c, machine)
 		}
 		next := HeartbeatInterval
-		err := c.MusterV1alpha1().RESTClient().Get().AbsPath(api.HeartbeatPath).Do(ctx).Error()
+		err := Heartbeat(ctx, c)
 		switch {
 		case ctx.Err() != nil:
 			return

@@ -28,12 +28,51 @@ const (
 	maxOutput                 = 4 << 10
 )
 
+// Executor carries out plans: Host on a real machine; `muster-agent
+// simulate` supplies one that runs nothing, so that a simulated fleet
+// speaks the agent's protocol through this very code.
+type Executor interface {
+	// Apply writes the plan's files and runs its instructions; the outputs
+	// go into the plan's status, and say why when the plan failed.
+	Apply(ctx context.Context, spec *api.MachinePlanSpec) ([]api.InstructionOutput, error)
+	// Prober makes the probe that checks an applied plan, run again and again.
+	Prober(p api.PlanProbe) Prober
+}
+
+// Prober runs one probe of an applied plan.
+type Prober interface {
+	Probe(ctx context.Context) error
+	// Close releases what the probe holds (a kept-alive connection).
+	Close()
+}
+
+// Host is the real agent's executor: files written and commands run on
+// this machine.
+type Host struct{}
+
+// Apply writes the files, then runs the instructions.
+func (Host) Apply(ctx context.Context, spec *api.MachinePlanSpec) ([]api.InstructionOutput, error) {
+	return runPlan(ctx, spec)
+}
+
+// Prober makes an HTTP or exec probe.
+func (Host) Prober(p api.PlanProbe) Prober { return newProber(p) }
+
+// PlanOptions says how RunPlans carries out and tells of plans.
+type PlanOptions struct {
+	Executor Executor
+	// Say receives the account of each plan; nil discards it.
+	Say func(format string, args ...interface{})
+	// Applied, if set, is told of each plan reported succeeded.
+	Applied func(checksum string)
+}
+
 // planRunner applies the machine's MachinePlan with Rancher's protocol: it
 // writes in-progress with the plan's checksum BEFORE doing anything, so a
 // crash mid-plan is seen on restart and the plan runs again; then
 // succeeded or failed with the output and the failure count.
 type planRunner struct {
-	a       *agent
+	opts    PlanOptions
 	client  versioned.Interface
 	machine string
 	kick    chan struct{}
@@ -42,7 +81,16 @@ type planRunner struct {
 }
 
 func (a *agent) runPlans(ctx context.Context, client versioned.Interface, machine string) {
-	r := &planRunner{a: a, client: client, machine: machine, kick: make(chan struct{}, 1)}
+	RunPlans(ctx, client, machine, PlanOptions{Executor: Host{}, Say: a.say})
+}
+
+// RunPlans watches the machine's own MachinePlan with its certificate's
+// client and applies each new plan with opts.Executor, until ctx ends.
+func RunPlans(ctx context.Context, client versioned.Interface, machine string, opts PlanOptions) {
+	if opts.Say == nil {
+		opts.Say = func(string, ...interface{}) {}
+	}
+	r := &planRunner{opts: opts, client: client, machine: machine, kick: make(chan struct{}, 1)}
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 10*time.Minute,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			// Only its own plan: the server authorizes nothing else.
@@ -68,7 +116,7 @@ func (a *agent) runPlans(ctx context.Context, client versioned.Interface, machin
 		}
 		again, err := r.apply(ctx, plan.DeepCopy())
 		if err != nil {
-			r.a.say("plan: %v", err)
+			r.opts.Say("plan: %v", err)
 		}
 		retry = 0
 		if again {
@@ -116,26 +164,29 @@ func (r *planRunner) apply(ctx context.Context, plan *api.MachinePlan) (bool, er
 			return true, fmt.Errorf("recording in-progress: %w", err)
 		}
 	}
-	r.a.say("applying plan %s", short(plan.Status.Checksum))
-	outputs, runErr := runPlan(ctx, &plan.Spec)
-	probers := newProbers(plan.Spec.Probes)
-	probes, healthy := runProbes(ctx, probers)
+	r.opts.Say("applying plan %s", short(plan.Status.Checksum))
+	outputs, runErr := r.opts.Executor.Apply(ctx, &plan.Spec)
+	var probers []Prober
+	for _, p := range plan.Spec.Probes {
+		probers = append(probers, r.opts.Executor.Prober(p))
+	}
+	probes, healthy := runProbes(ctx, plan.Spec.Probes, probers)
 
 	now := metav1.Now()
 	plan.Status.Output, plan.Status.Probes, plan.Status.LastAppliedTime = outputs, probes, &now
 	if runErr == nil {
 		plan.Status.State, plan.Status.AppliedChecksum, plan.Status.FailureCount = api.PlanStateSucceeded, plan.Status.Checksum, 0
 		if !healthy {
-			r.a.say("plan %s applied; some probes are unhealthy", short(plan.Status.Checksum))
+			r.opts.Say("plan %s applied; some probes are unhealthy", short(plan.Status.Checksum))
 		}
 	} else {
 		plan.Status.State = api.PlanStateFailed
 		plan.Status.FailureCount++
-		r.a.say("plan %s failed (%d of %d): %v", short(plan.Status.Checksum), plan.Status.FailureCount, max, runErr)
+		r.opts.Say("plan %s failed (%d of %d): %v", short(plan.Status.Checksum), plan.Status.FailureCount, max, runErr)
 	}
 	if _, err := plans.UpdateStatus(ctx, plan, metav1.UpdateOptions{}); err != nil {
 		for _, p := range probers {
-			p.close()
+			p.Close()
 		}
 		if apierrors.IsConflict(err) {
 			return false, nil
@@ -143,12 +194,15 @@ func (r *planRunner) apply(ctx context.Context, plan *api.MachinePlan) (bool, er
 		return true, fmt.Errorf("reporting the result: %w", err)
 	}
 	if runErr == nil {
-		r.a.say("plan %s succeeded", short(plan.Status.Checksum))
-		r.watchProbes(ctx, probers, probes)
+		r.opts.Say("plan %s succeeded", short(plan.Status.Checksum))
+		if r.opts.Applied != nil {
+			r.opts.Applied(plan.Status.Checksum)
+		}
+		r.watchProbes(ctx, plan.Spec.Probes, probers, probes)
 		return false, nil
 	}
 	for _, p := range probers {
-		p.close()
+		p.Close()
 	}
 	return plan.Status.FailureCount < max, nil
 }
@@ -156,7 +210,7 @@ func (r *planRunner) apply(ctx context.Context, plan *api.MachinePlan) (bool, er
 // watchProbes keeps probing the applied plan every periodSeconds and
 // reports a probe's status when it flips: unhealthy after failureThreshold
 // failures in a row, healthy again after successThreshold successes.
-func (r *planRunner) watchProbes(ctx context.Context, probers []*prober, initial []api.ProbeStatus) {
+func (r *planRunner) watchProbes(ctx context.Context, specs []api.PlanProbe, probers []Prober, initial []api.ProbeStatus) {
 	if r.stopProbes != nil {
 		r.stopProbes()
 		r.stopProbes = nil
@@ -167,13 +221,12 @@ func (r *planRunner) watchProbes(ctx context.Context, probers []*prober, initial
 	pctx, cancel := context.WithCancel(ctx)
 	r.stopProbes = cancel
 	for i, p := range probers {
-		go r.probeLoop(pctx, p, initial[i].Healthy)
+		go r.probeLoop(pctx, specs[i], p, initial[i].Healthy)
 	}
 }
 
-func (r *planRunner) probeLoop(ctx context.Context, pr *prober, healthy bool) {
-	defer pr.close()
-	p := pr.spec
+func (r *planRunner) probeLoop(ctx context.Context, p api.PlanProbe, pr Prober, healthy bool) {
+	defer pr.Close()
 	period := 10 * time.Second
 	if p.PeriodSeconds > 0 {
 		period = time.Duration(p.PeriodSeconds) * time.Second
@@ -189,7 +242,7 @@ func (r *planRunner) probeLoop(ctx context.Context, pr *prober, healthy bool) {
 			return
 		case <-time.After(period):
 		}
-		err := pr.probe(ctx)
+		err := pr.Probe(ctx)
 		if err == nil {
 			successes, failures = successes+1, 0
 		} else {
@@ -204,7 +257,7 @@ func (r *planRunner) probeLoop(ctx context.Context, pr *prober, healthy bool) {
 		if err != nil {
 			st.Message = truncate([]byte(err.Error()))
 		}
-		r.a.say("probe %s is now healthy=%v", p.Name, healthy)
+		r.opts.Say("probe %s is now healthy=%v", p.Name, healthy)
 		r.reportProbe(ctx, st)
 	}
 }
@@ -337,12 +390,12 @@ func fileMode(unix int32) os.FileMode {
 	return m
 }
 
-func runProbes(ctx context.Context, probers []*prober) ([]api.ProbeStatus, bool) {
+func runProbes(ctx context.Context, specs []api.PlanProbe, probers []Prober) ([]api.ProbeStatus, bool) {
 	healthy := true
 	var out []api.ProbeStatus
-	for _, p := range probers {
-		err := p.probe(ctx)
-		st := api.ProbeStatus{Name: p.spec.Name, Healthy: err == nil}
+	for i, p := range probers {
+		err := p.Probe(ctx)
+		st := api.ProbeStatus{Name: specs[i].Name, Healthy: err == nil}
 		if err != nil {
 			st.Message = truncate([]byte(err.Error()))
 			healthy = false
@@ -361,32 +414,28 @@ type prober struct {
 	transport *http.Transport
 }
 
-func newProbers(probes []api.PlanProbe) []*prober {
-	var out []*prober
-	for _, p := range probes {
-		pr := &prober{spec: p}
-		if p.HTTPGet != nil {
-			pr.transport = &http.Transport{
-				TLSClientConfig:     &tls.Config{InsecureSkipVerify: p.HTTPGet.InsecureSkipVerify}, //nolint:gosec // operator's choice per probe
-				MaxIdleConnsPerHost: 1,
-				IdleConnTimeout:     90 * time.Second,
-			}
-			pr.client = &http.Client{Transport: pr.transport}
+func newProber(p api.PlanProbe) *prober {
+	pr := &prober{spec: p}
+	if p.HTTPGet != nil {
+		pr.transport = &http.Transport{
+			TLSClientConfig:     &tls.Config{InsecureSkipVerify: p.HTTPGet.InsecureSkipVerify}, //nolint:gosec // operator's choice per probe
+			MaxIdleConnsPerHost: 1,
+			IdleConnTimeout:     90 * time.Second,
 		}
-		out = append(out, pr)
+		pr.client = &http.Client{Transport: pr.transport}
 	}
-	return out
+	return pr
 }
 
-// close drops the probe's kept-alive connection once it is no longer run.
-func (p *prober) close() {
+// Close drops the probe's kept-alive connection once it is no longer run.
+func (p *prober) Close() {
 	if p.transport != nil {
 		p.transport.CloseIdleConnections()
 	}
 }
 
-// probe runs the probe once, bounded by its timeout.
-func (p *prober) probe(ctx context.Context) error {
+// Probe runs the probe once, bounded by its timeout.
+func (p *prober) Probe(ctx context.Context) error {
 	timeout := defaultProbeTimeout
 	if p.spec.TimeoutSeconds > 0 {
 		timeout = time.Duration(p.spec.TimeoutSeconds) * time.Second

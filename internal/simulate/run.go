@@ -6,7 +6,9 @@ import (
 	"io"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
@@ -16,6 +18,10 @@ import (
 // connected until ctx ends, changing plans at cfg.PlanUpdates a second if
 // asked, and prints a summary every 10 s.
 func Run(ctx context.Context, cfg Config, out io.Writer) error {
+	// Each simulated agent's plan watch is client-go's, which logs every
+	// broken watch: a thousand lines per server restart. The fleet's own
+	// account (lost the server, back after, errors by kind) replaces them.
+	klog.SetLogger(logr.Discard())
 	var admin versioned.Interface
 	if cfg.PlanUpdates > 0 {
 		if cfg.Kubeconfig == "" {
