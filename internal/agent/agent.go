@@ -11,10 +11,11 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -65,7 +66,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// client-go logs through klog (a watch ending, a retried request):
 	// those lines take the agent's format too, so every line has the same
 	// timestamp and prefix.
-	klog.SetLogger(funcr.New(func(prefix, args string) { a.say("client-go: %s", args) }, funcr.Options{}))
+	klog.SetLogger(logr.New(&sayLogger{say: a.say}))
 	if cfg.TokenOnCommandLine {
 		a.say("WARNING: --token is readable by every local user in /proc/%d/cmdline while the agent runs; "+
 			"use --token-file FILE or $MUSTER_TOKEN instead", os.Getpid())
@@ -98,7 +99,6 @@ func Run(ctx context.Context, cfg Config) error {
 		case reason := <-a.gone:
 			stop()
 			<-renewed
-			a.say("machine %s is gone: %v", machine, reason)
 			return a.goneError(machine, reason)
 		}
 		stop()
@@ -140,8 +140,8 @@ func (a *agent) machineGone(reason error) {
 // happened and the command that joins this machine again.
 func (a *agent) goneError(machine string, reason error) error {
 	return fmt.Errorf("the server no longer accepts the certificate of machine %s (%v): "+
-		"its Machine was deleted, so this agent stops. To join again, create a join token on the server "+
-		"('muster-server token create'), write it to a file readable only by root and run: %s",
+		"its Machine was deleted (or its certificate expired), so this agent stops. To join again, create a join token "+
+		"on the server ('muster-server token create'), write it to a file only this user can read, and run: %s",
 		machine, reason, rejoinCommand(a.cfg.Args, a.cfg.DataDir))
 }
 
@@ -170,7 +170,15 @@ func rejoinCommand(args []string, dataDir string) string {
 // dir: a token is read from --token, --token-file or $MUSTER_TOKEN and
 // never written here, so a failed join cannot leave one to be reused.
 func (a *agent) removeStaleToken() {
-	if err := os.Remove(a.dir.path(tokenFile)); err == nil {
+	stale := a.dir.path(tokenFile)
+	if a.cfg.TokenFile != "" {
+		if given, err := filepath.Abs(a.cfg.TokenFile); err == nil {
+			if abs, err := filepath.Abs(stale); err == nil && abs == given {
+				return // the operator's own --token-file, not a leftover
+			}
+		}
+	}
+	if err := os.Remove(stale); err == nil {
 		a.say("removed a join token left in %s by an earlier join; a join token is read only from --token-file, $MUSTER_TOKEN or --token", a.dir.path(tokenFile))
 	}
 }

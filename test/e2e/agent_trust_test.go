@@ -40,6 +40,8 @@ func TestAgentMachineDeletedAndRejoin(t *testing.T) {
 	deleted := time.Now()
 	out, code := a.waitExit(60 * time.Second)
 	t.Logf("the agent exited %s after its Machine was deleted", time.Since(deleted).Round(100*time.Millisecond))
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	t.Logf("its last words: %s", strings.Join(lines[max(0, len(lines)-3):], "\n"))
 	if code == 0 {
 		t.Errorf("the agent exited 0 after its Machine was deleted; systemd would not restart it:\n%s", out)
 	}
