@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -46,6 +47,7 @@ func TestRunBounds(t *testing.T) {
 			start := time.Now()
 			res := run(context.Background(), tt.timeout, "sh", []string{"-c", tt.script}, nil)
 			took := time.Since(start)
+			t.Logf("took %s", took.Round(10*time.Millisecond))
 			if took > tt.within {
 				t.Errorf("took %s, want at most %s", took.Round(time.Millisecond), tt.within)
 			}
@@ -69,9 +71,17 @@ func TestRunBounds(t *testing.T) {
 // TestRunCapsOutputWhileReading: 200 MB of output costs the agent the cap,
 // not the output, and the start and end of the output are kept.
 func TestRunCapsOutputWhileReading(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
 	res := run(context.Background(), time.Minute, "sh", []string{"-c", "echo FIRST; head -c 200000000 /dev/zero | tr '\\0' x; echo; echo LAST"}, nil)
+	runtime.ReadMemStats(&after)
 	if res.err != nil {
 		t.Fatal(res.err)
+	}
+	allocated := after.TotalAlloc - before.TotalAlloc
+	t.Logf("200 MB of output: %d KiB allocated while reading it", allocated>>10)
+	if allocated > 8<<20 {
+		t.Errorf("reading 200 MB of output allocated %d MiB: it is buffered, not capped while read", allocated>>20)
 	}
 	if len(res.output) > maxOutput {
 		t.Errorf("output is %d bytes, want at most %d", len(res.output), maxOutput)
