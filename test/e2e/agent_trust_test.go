@@ -161,3 +161,52 @@ func TestAgentSaysWhenItLosesTheServer(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentPlanLimitsAndReasons (issue 13, finding 8; issue 20, item 4): an
+// instruction whose background child holds its output ends at its
+// timeout, and why a plan failed (a timeout, a file that cannot be
+// written) is in the MachinePlan's status, where kubectl shows it.
+func TestAgentPlanLimitsAndReasons(t *testing.T) {
+	s := startServer(t, "")
+	a := startAgent(t, s, t.TempDir(), "--token-file", writeTokenFile(t, newToken(t, s)), "--node-name", "limits")
+	a.waitOutput("running as machine limits", 60*time.Second)
+	waitPhase(t, s, "limits", "Running", 60*time.Second)
+
+	status := func() string {
+		return s.mustKubectl("get", "machineplan", "limits", "-o",
+			`jsonpath={.status.state} {.status.failureCount} {range .status.output[*]}{.name}={.exitCode}:{.output};{end}`)
+	}
+	start := time.Now()
+	applyPlan(t, s, "limits", `  maxFailures: 1
+  instructions:
+  - name: runaway
+    command: /bin/sh
+    args: ["-c", "sleep 25 & sleep 100"]
+    timeoutSeconds: 2
+`)
+	waitFor(t, 60*time.Second, "the runaway instruction to be reported failed", func() bool {
+		return strings.HasPrefix(status(), "failed 1 ")
+	})
+	took := time.Since(start)
+	t.Logf("timeoutSeconds 2 on 'sleep 25 & sleep 100': reported failed after %s", took.Round(100*time.Millisecond))
+	if took > 15*time.Second {
+		t.Errorf("the plan took %s to fail; the instruction's limit is 2s", took.Round(time.Second))
+	}
+	if st := status(); !strings.Contains(st, "runaway=-1:") || !strings.Contains(st, "timed out after 2s") {
+		t.Errorf("the status does not say the instruction timed out: %q", st)
+	}
+
+	notDir := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	applyPlan(t, s, "limits", `  maxFailures: 1
+  files:
+  - path: `+filepath.Join(notDir, "app.conf")+`
+    content: "x"
+`)
+	waitFor(t, 60*time.Second, "the file failure to be reported", func() bool {
+		st := status()
+		return strings.HasPrefix(st, "failed 1 ") && strings.Contains(st, "app.conf") && strings.Contains(st, "not a directory")
+	})
+}
