@@ -210,3 +210,27 @@ func TestAgentPlanLimitsAndReasons(t *testing.T) {
 		return strings.HasPrefix(st, "failed 1 ") && strings.Contains(st, "app.conf") && strings.Contains(st, "not a directory")
 	})
 }
+
+// TestAgentRidesThroughServerDownAtStart (issue 13, finding 12): an agent
+// started while its server is down, joining or with its stored
+// certificate, waits for the server instead of giving up, and runs once
+// the server is back.
+func TestAgentRidesThroughServerDownAtStart(t *testing.T) {
+	s := startServer(t, "")
+	tokenFile := writeTokenFile(t, newToken(t, s))
+	dir := t.TempDir()
+	a := startAgent(t, s, dir, "--token-file", tokenFile, "--node-name", "patient")
+	a.waitOutput("running as machine patient", 60*time.Second)
+	a.kill()
+
+	s.kill9()
+	b := startAgent(t, s, dir, "--node-name", "patient")
+	b.waitOutput("checking the stored certificate", 30*time.Second)
+	joining := startAgent(t, s, t.TempDir(), "--token-file", tokenFile, "--node-name", "latecomer")
+	joining.waitOutput("joining failed", 30*time.Second)
+	s.start()
+	b.waitOutput("using the stored certificate of machine patient", 60*time.Second)
+	joining.waitOutput("running as machine latecomer", 60*time.Second)
+	waitPhase(t, s, "patient", "Running", 60*time.Second)
+	waitPhase(t, s, "latecomer", "Running", 60*time.Second)
+}
