@@ -63,7 +63,7 @@ func run(ctx context.Context, timeout time.Duration, command string, args, env [
 	case err != nil:
 		res.err = fmt.Errorf("%v", err) // "exit status 3", "signal: killed"
 	}
-	res.output = out.String()
+	res.output = truncate([]byte(out.String()))
 	return res
 }
 

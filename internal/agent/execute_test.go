@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
@@ -38,6 +39,9 @@ func TestRunBounds(t *testing.T) {
 		{name: "a daemon left running does not hold the result",
 			script: "sleep 30 & echo started", timeout: time.Minute, within: pipeGrace + 3*time.Second,
 			wantNoError: true, wantOutput: "started"},
+		{name: "binary output stays within the limit as UTF-8",
+			script: "head -c 20000 /dev/urandom; exit 4", timeout: time.Minute, within: 3 * time.Second,
+			wantErr: "exit status 4", wantExit: 4},
 		{name: "exit code and output of a failure",
 			script: "echo broken >&2; exit 3", timeout: time.Minute, within: 3 * time.Second,
 			wantErr: "exit status 3", wantExit: 3, wantOutput: "broken"},
@@ -60,6 +64,9 @@ func TestRunBounds(t *testing.T) {
 			}
 			if !tt.wantNoError && res.exitCode != tt.wantExit {
 				t.Errorf("exit code %d, want %d", res.exitCode, tt.wantExit)
+			}
+			if !utf8.ValidString(res.output) || len(res.output) > maxOutput {
+				t.Errorf("output is %d bytes, valid UTF-8 %v: want at most %d, valid", len(res.output), utf8.ValidString(res.output), maxOutput)
 			}
 			if !strings.Contains(res.output, tt.wantOutput) {
 				t.Errorf("output %q, want %q in it", res.output, tt.wantOutput)

@@ -470,9 +470,13 @@ func (p *prober) Probe(ctx context.Context) error {
 	return fmt.Errorf("probe %s has no type", p.spec.Name)
 }
 
+// truncate makes b fit a status field: at most maxOutput bytes of valid
+// UTF-8. Invalid bytes would reach the server as U+FFFD, three bytes
+// each, and push the field over its limit; a run of them becomes one "?".
 func truncate(b []byte) string {
-	if len(b) > maxOutput {
-		b = append(b[:maxOutput-3:maxOutput-3], "..."...)
+	s := strings.ToValidUTF8(string(b), "?")
+	if len(s) > maxOutput {
+		s = strings.ToValidUTF8(s[:maxOutput-3], "?") + "..."
 	}
-	return string(b)
+	return s
 }
