@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -196,9 +197,10 @@ func (a *agent) credential(ctx context.Context) (string, error) {
 		if err := a.startLoadBalancer(ctx); err != nil {
 			return "", err
 		}
-		machine, err := a.checkCertificate(ctx)
+		machine, m, err := a.checkCertificate(ctx)
 		if err == nil {
 			a.say("using the stored certificate of machine %s (no re-registration)", machine)
+			a.warnDrift(id, m)
 			return machine, nil
 		}
 		if !apierrors.IsForbidden(err) && !apierrors.IsUnauthorized(err) {
@@ -329,6 +331,11 @@ func (a *agent) renewWhenDue(ctx context.Context) {
 	retry := time.Second
 	for {
 		cert, err := a.certificate()
+		if err == nil {
+			// A renewal is for the machine the certificate names, whatever
+			// --node-name says now (warnDrift told the operator).
+			id.nodeName = strings.TrimPrefix(cert.Subject.CommonName, "muster:machine:")
+		}
 		if err != nil {
 			a.say("cannot read the certificate to renew it: %v", err)
 			<-ctx.Done()
@@ -401,32 +408,81 @@ func (a *agent) certificate() (*x509.Certificate, error) {
 // checkCertificate reads the agent's own Machine with its certificate. A
 // server that is down, restarting or busy is waited for: only its answer
 // (the Machine, or a 401/403) decides whether the certificate still works.
-func (a *agent) checkCertificate(ctx context.Context) (string, error) {
+func (a *agent) checkCertificate(ctx context.Context) (string, *api.Machine, error) {
 	c, err := a.client()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer c.close()
 	cert, err := a.certificate()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	name := strings.TrimPrefix(cert.Subject.CommonName, "muster:machine:")
 	backoff := time.Second
 	for {
-		_, err = c.MusterV1alpha1().Machines().Get(ctx, name, metav1.GetOptions{})
+		m, err := c.MusterV1alpha1().Machines().Get(ctx, name, metav1.GetOptions{})
 		if err == nil || refused(err) || ctx.Err() != nil || !transient(err) {
-			return name, err
+			return name, m, err
 		}
 		wait := retryWait(err, backoff)
 		a.say("checking the stored certificate: %v; retrying in %s", err, wait.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
-			return name, ctx.Err()
+			return name, nil, ctx.Err()
 		case <-time.After(wait):
 		}
 		backoff = min(backoff*2, 30*time.Second)
 	}
+}
+
+// warnDrift says when the flags ask for something other than what the
+// machine registered with: a restart with the stored certificate changes
+// neither its name nor its labels or roles, and silently ignoring the
+// flags would leave the operator believing it did.
+func (a *agent) warnDrift(id identity, m *api.Machine) {
+	if m == nil {
+		return
+	}
+	for _, d := range drift(id.nodeName, a.cfg.Labels, a.cfg.Roles, m) {
+		a.say("WARNING: %s", d)
+	}
+}
+
+func drift(nodeName string, labels map[string]string, roles []string, m *api.Machine) []string {
+	var out []string
+	if nodeName != m.Name {
+		out = append(out, fmt.Sprintf("--node-name %s differs from this machine's registered name %s, which it keeps: "+
+			"to rename it, delete the Machine (kubectl delete machine %s) and join again with a new join token", nodeName, m.Name, m.Name))
+	}
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if got, ok := m.Labels[k]; !ok || got != labels[k] {
+			out = append(out, fmt.Sprintf("--label %s=%s differs from the Machine's (%q): labels are set when joining; "+
+				"change them with kubectl label machine %s %s=%s --overwrite", k, labels[k], got, m.Name, k, labels[k]))
+		}
+	}
+	if len(roles) > 0 && !sameSet(roles, m.Spec.Roles) {
+		quoted := make([]string, len(roles))
+		for i, r := range roles {
+			quoted[i] = fmt.Sprintf("%q", r)
+		}
+		out = append(out, fmt.Sprintf("--role %s differs from the Machine's roles %v: roles are set when joining; "+
+			`change them with kubectl patch machine %s --type=merge -p '{"spec":{"roles":[%s]}}'`,
+			strings.Join(roles, ","), m.Spec.Roles, m.Name, strings.Join(quoted, ",")))
+	}
+	return out
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(slices.Compact(a), slices.Compact(b))
 }
 
 // session is a client built from the certificate on disk at one moment,

@@ -1,6 +1,13 @@
 package agent
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
 
 func TestRejoinCommand(t *testing.T) {
 	tests := []struct {
@@ -19,5 +26,36 @@ func TestRejoinCommand(t *testing.T) {
 		if got := rejoinCommand(tt.args, "/d"); got != tt.want {
 			t.Errorf("rejoinCommand(%q) = %q, want %q", tt.args, got, tt.want)
 		}
+	}
+}
+
+func TestDrift(t *testing.T) {
+	m := &api.Machine{ObjectMeta: metav1.ObjectMeta{Name: "edge-1", Labels: map[string]string{"site": "17", "muster.io/cluster": "c"}},
+		Spec: api.MachineSpec{Roles: []string{"worker", "etcd"}}}
+	tests := []struct {
+		name     string
+		nodeName string
+		labels   map[string]string
+		roles    []string
+		want     []string
+	}{
+		{"same flags", "edge-1", map[string]string{"site": "17"}, []string{"etcd", "worker"}, nil},
+		{"no flags but the name", "edge-1", nil, nil, nil},
+		{"another name", "edge-2", nil, nil, []string{"kubectl delete machine edge-1"}},
+		{"another label value", "edge-1", map[string]string{"site": "18"}, nil, []string{"kubectl label machine edge-1 site=18 --overwrite"}},
+		{"another role", "edge-1", nil, []string{"worker"}, []string{`kubectl patch machine edge-1 --type=merge -p '{"spec":{"roles":["worker"]}}'`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := drift(tt.nodeName, tt.labels, tt.roles, m)
+			if len(got) != len(tt.want) {
+				t.Fatalf("drift = %q, want %d warnings", got, len(tt.want))
+			}
+			for i := range got {
+				if !strings.Contains(got[i], tt.want[i]) {
+					t.Errorf("warning %q does not say %q", got[i], tt.want[i])
+				}
+			}
+		})
 	}
 }

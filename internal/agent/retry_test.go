@@ -241,7 +241,7 @@ func TestCheckCertificateWaitsForTheServer(t *testing.T) {
 	a := &agent{cfg: Config{Server: f.URL, Out: io.Discard}, dir: dataDir(dir)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	name, err := a.checkCertificate(ctx)
+	name, _, err := a.checkCertificate(ctx)
 	if err != nil || name != "m1" {
 		t.Errorf("checkCertificate = %q, %v; want m1 once the server answers", name, err)
 	}

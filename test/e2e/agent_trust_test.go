@@ -234,3 +234,21 @@ func TestAgentRidesThroughServerDownAtStart(t *testing.T) {
 	waitPhase(t, s, "patient", "Running", 60*time.Second)
 	waitPhase(t, s, "latecomer", "Running", 60*time.Second)
 }
+
+// TestAgentWarnsWhenFlagsDiffer (issue 20, item 12): restarted with another
+// --node-name, --label or --role than it registered with, the agent keeps
+// its Machine and says so, with the command that makes the change.
+func TestAgentWarnsWhenFlagsDiffer(t *testing.T) {
+	s := startServer(t, "")
+	dir := t.TempDir()
+	a := startAgent(t, s, dir, "--token-file", writeTokenFile(t, newToken(t, s)), "--node-name", "drift-1", "--label", "site=17", "--role", "worker")
+	a.waitOutput("running as machine drift-1", 60*time.Second)
+	a.kill()
+	b := startAgent(t, s, dir, "--node-name", "drift-2", "--label", "site=18", "--role", "etcd")
+	b.waitOutput("running as machine drift-1", 60*time.Second)
+	for _, want := range []string{"kubectl delete machine drift-1", "kubectl label machine drift-1 site=18 --overwrite", "kubectl patch machine drift-1"} {
+		if !strings.Contains(b.log.String(), want) {
+			t.Errorf("the agent does not say %q:\n%s", want, b.log.String())
+		}
+	}
+}
