@@ -46,12 +46,24 @@ func newRootCommand() *cobra.Command {
 				return fmt.Errorf("--server is required, e.g. --server https://10.0.0.1:9443")
 			}
 			cfg.NodeName = strings.ToLower(cfg.NodeName)
+			if cfg.Token != "" && cfg.TokenFile != "" {
+				return fmt.Errorf("--token and --token-file both given: pass only --token-file")
+			}
+			if cfg.Token == "" && cfg.TokenFile == "" {
+				cfg.Token, cfg.TokenFile = os.Getenv("MUSTER_TOKEN"), os.Getenv("MUSTER_TOKEN_FILE")
+			}
+			// Plan instructions inherit the agent's environment: the join
+			// token must not reach them.
+			_ = os.Unsetenv("MUSTER_TOKEN")
+			cfg.TokenOnCommandLine = cmd.Flags().Changed("token")
+			cfg.Args = os.Args
 			return agent.Run(genericapiserver.SetupSignalContext(), cfg)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Server, "server", "", "URL of a muster-server, e.g. https://10.0.0.1:9443")
-	f.StringVar(&cfg.Token, "token", "", "join token from 'muster-server token create' (needed only to join)")
+	f.StringVar(&cfg.TokenFile, "token-file", "", "file holding the join token from 'muster-server token create' (needed only to join; also $MUSTER_TOKEN_FILE, or the token itself in $MUSTER_TOKEN)")
+	f.StringVar(&cfg.Token, "token", "", "join token; visible to every local user in /proc/<pid>/cmdline: prefer --token-file or $MUSTER_TOKEN")
 	f.StringVar(&cfg.NodeName, "node-name", hostname, "node name, lowercased; also the Machine's name")
 	f.BoolVar(&cfg.WithNodeID, "with-node-id", false, "append a random id kept in the data dir to the node name")
 	f.StringArrayVar(&labels, "label", nil, "label for the Machine, key=value (repeatable)")

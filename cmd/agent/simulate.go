@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -12,20 +14,33 @@ import (
 
 func newSimulateCommand() *cobra.Command {
 	cfg := simulate.Config{}
+	var tokenFile string
 	cmd := &cobra.Command{
 		Use:   "simulate",
 		Short: "Run many simulated agents in this process, to load-test a server",
 		Long: `simulate joins --count agents to a server, each with its own node password,
 key, certificate, TLS connection, plan watch and heartbeats, then keeps them
-connected (plan reports) until interrupted. Plans are reported applied
-without running anything. Use a join token with --cluster to put them in
+connected (plan reports) until interrupted. Each runs the real agent's
+protocol code; plans are reported applied without running anything. It
+rides through server restarts and reports what it saw: errors by kind and
+the time to recover. Use a join token with --cluster to put them in
 one cluster. With --plan-updates and an admin --kubeconfig it also changes
 their plans at that rate and reports how long each change takes to be
 applied.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Token == "" && tokenFile == "" {
+				cfg.Token, tokenFile = os.Getenv("MUSTER_TOKEN"), os.Getenv("MUSTER_TOKEN_FILE")
+			}
+			if tokenFile != "" {
+				b, err := os.ReadFile(tokenFile)
+				if err != nil {
+					return fmt.Errorf("reading the join token: %w; check --token-file", err)
+				}
+				cfg.Token = strings.TrimSpace(string(b))
+			}
 			if cfg.Server == "" || cfg.Token == "" {
-				return fmt.Errorf("--server and --token are required")
+				return fmt.Errorf("--server and a join token (--token-file, $MUSTER_TOKEN or --token) are required")
 			}
 			if cfg.PlanUpdates > 0 && cfg.Kubeconfig == "" {
 				// As kubectl: --kubeconfig, else $KUBECONFIG (its first file).
@@ -40,7 +55,8 @@ applied.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Server, "server", "", "URL of a muster-server, e.g. https://10.0.0.1:9443")
-	f.StringVar(&cfg.Token, "token", "", "join token from 'muster-server token create'")
+	f.StringVar(&tokenFile, "token-file", "", "file holding a join token from 'muster-server token create' (also $MUSTER_TOKEN_FILE, or the token in $MUSTER_TOKEN)")
+	f.StringVar(&cfg.Token, "token", "", "join token; visible in /proc/<pid>/cmdline: prefer --token-file or $MUSTER_TOKEN")
 	f.IntVar(&cfg.Count, "count", 100, "how many agents to simulate")
 	f.IntVar(&cfg.Concurrency, "concurrency", 50, "how many agents join at the same moment")
 	f.StringVar(&cfg.Prefix, "prefix", "sim", "node names are <prefix>-<n>")

@@ -5,46 +5,74 @@ package agent
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
+	"net/http"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/agent/loadbalancer"
 	"github.com/muster-io/muster/internal/jointoken"
 	"github.com/muster-io/muster/internal/pki"
-	"github.com/muster-io/muster/internal/version"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
 
 // Config is muster-agent's configuration, one field per flag.
 type Config struct {
-	Server              string
+	Server string
+	// Token is the join token itself (--token or $MUSTER_TOKEN); TokenFile
+	// names a file holding it (--token-file or $MUSTER_TOKEN_FILE), which
+	// keeps it off the command line.
 	Token               string
+	TokenFile           string
 	NodeName            string
 	WithNodeID          bool
 	Labels              map[string]string
 	Roles               []string
 	DataDir             string
 	InsecureSkipCACheck bool
+	// TokenOnCommandLine says the token came from --token, which the
+	// agent warns about.
+	TokenOnCommandLine bool
 	// Out receives the agent's account of each step.
 	Out io.Writer
+	// Args is the agent's command line, to print the command that joins
+	// again once the Machine is deleted; nil prints a generic one.
+	Args []string
 }
 
-// Run joins if needed, then stays running until ctx ends.
+// Run joins if needed, then stays running until ctx ends. It returns an
+// error when the agent's Machine is deleted while it runs: its certificate
+// is void from then on, and only a new join token brings it back.
 func Run(ctx context.Context, cfg Config) error {
-	a := &agent{cfg: cfg, dir: dataDir(cfg.DataDir)}
+	a := &agent{cfg: cfg, dir: dataDir(cfg.DataDir), gone: make(chan error, 1)}
+	unlock, err := a.dir.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// client-go logs through klog (a watch ending, a retried request):
+	// those lines take the agent's format too, so every line has the same
+	// timestamp and prefix.
+	klog.SetLogger(logr.New(&sayLogger{say: a.say}))
+	if cfg.TokenOnCommandLine {
+		a.say("WARNING: --token is readable by every local user in /proc/%d/cmdline while the agent runs; "+
+			"use --token-file FILE or $MUSTER_TOKEN instead", os.Getpid())
+	}
+	a.removeStaleToken()
 	machine, err := a.credential(ctx)
 	if err != nil {
 		return err
@@ -57,12 +85,27 @@ func Run(ctx context.Context, cfg Config) error {
 		// The workers use a client made from the current certificate; after
 		// a renewal they start again with the new one.
 		wctx, stop := context.WithCancel(ctx)
-		if c, err := a.client(); err == nil {
+		c, err := a.client()
+		if err == nil {
 			go a.heartbeat(wctx, c, machine)
 			go a.runPlans(wctx, c, machine)
 		}
-		a.renewWhenDue(ctx)
+		renewed := make(chan struct{})
+		go func() {
+			defer close(renewed)
+			a.renewWhenDue(wctx)
+		}()
+		select {
+		case <-renewed:
+		case reason := <-a.gone:
+			stop()
+			<-renewed
+			return a.goneError(machine, reason)
+		}
 		stop()
+		if c != nil {
+			c.close()
+		}
 	}
 	return nil
 }
@@ -73,10 +116,72 @@ type agent struct {
 	// lb carries every certificate-authenticated connection once the
 	// agent holds a certificate.
 	lb *loadbalancer.LoadBalancer
+	// gone receives why the server no longer accepts this machine's
+	// certificate (its Machine was deleted), once that is certain.
+	gone chan error
 }
 
+// say writes one line of the agent's account, timestamped: an operator
+// lines it up with the server's log to see what happened when.
 func (a *agent) say(format string, args ...interface{}) {
-	fmt.Fprintf(a.cfg.Out, "muster-agent: "+format+"\n", args...)
+	fmt.Fprintf(a.cfg.Out, "%s muster-agent: "+format+"\n",
+		append([]interface{}{time.Now().UTC().Format("2006-01-02T15:04:05.000Z")}, args...)...)
+}
+
+// machineGone reports that the server refuses this machine's certificate
+// for good; Run ends the agent with the reason.
+func (a *agent) machineGone(reason error) {
+	select {
+	case a.gone <- reason:
+	default:
+	}
+}
+
+// goneError is the agent's last word when its Machine was deleted: what
+// happened and the command that joins this machine again.
+func (a *agent) goneError(machine string, reason error) error {
+	return fmt.Errorf("the server no longer accepts the certificate of machine %s (%v): "+
+		"its Machine was deleted (or its certificate expired), so this agent stops. To join again, create a join token "+
+		"on the server ('muster-server token create'), write it to a file only this user can read, and run: %s",
+		machine, reason, rejoinCommand(a.cfg.Args, a.cfg.DataDir))
+}
+
+// rejoinCommand is the agent's own command line with the join token
+// replaced by --token-file (never the token itself).
+func rejoinCommand(args []string, dataDir string) string {
+	if len(args) == 0 {
+		return fmt.Sprintf("muster-agent --data-dir %s --token-file /path/to/token", dataDir)
+	}
+	out := []string{args[0]}
+	for i := 1; i < len(args); i++ {
+		arg := args[i]
+		name, _, hasValue := strings.Cut(arg, "=")
+		if name == "--token" || name == "--token-file" {
+			if !hasValue {
+				i++ // its value is the next argument
+			}
+			continue
+		}
+		out = append(out, arg)
+	}
+	return strings.Join(append(out, "--token-file", "/path/to/token"), " ")
+}
+
+// removeStaleToken deletes a join token an older agent kept in the data
+// dir: a token is read from --token, --token-file or $MUSTER_TOKEN and
+// never written here, so a failed join cannot leave one to be reused.
+func (a *agent) removeStaleToken() {
+	stale := a.dir.path(tokenFile)
+	if a.cfg.TokenFile != "" {
+		if given, err := filepath.Abs(a.cfg.TokenFile); err == nil {
+			if abs, err := filepath.Abs(stale); err == nil && abs == given {
+				return // the operator's own --token-file, not a leftover
+			}
+		}
+	}
+	if err := os.Remove(stale); err == nil {
+		a.say("removed a join token left in %s by an earlier join; a join token is read only from --token-file, $MUSTER_TOKEN or --token", a.dir.path(tokenFile))
+	}
 }
 
 // credential returns the machine name once the agent holds a working
@@ -92,18 +197,20 @@ func (a *agent) credential(ctx context.Context) (string, error) {
 		if err := a.startLoadBalancer(ctx); err != nil {
 			return "", err
 		}
-		machine, err := a.checkCertificate(ctx)
+		machine, m, err := a.checkCertificate(ctx)
 		if err == nil {
 			a.say("using the stored certificate of machine %s (no re-registration)", machine)
+			a.warnDrift(id, m)
 			return machine, nil
 		}
 		if !apierrors.IsForbidden(err) && !apierrors.IsUnauthorized(err) {
 			return "", fmt.Errorf("checking the stored certificate: %w", err)
 		}
 		a.say("the server refuses this machine's certificate: %v", err)
-		if a.token() == "" {
-			return "", fmt.Errorf("this machine's certificate is no longer valid (was the Machine deleted?): " +
-				"run the agent again with a new --token from 'muster-server token create' to re-register")
+		if !a.hasToken() {
+			return "", fmt.Errorf("this machine's certificate is no longer valid (was the Machine deleted?): "+
+				"create a join token on the server ('muster-server token create') and run: %s",
+				rejoinCommand(a.cfg.Args, a.cfg.DataDir))
 		}
 	}
 	backoff := time.Second
@@ -116,9 +223,12 @@ func (a *agent) credential(ctx context.Context) (string, error) {
 		if errors.As(err, &fatal) {
 			return "", fatal.err
 		}
-		// Retries wait longer each time, with jitter, so a fleet restarting
-		// together does not retry in lockstep.
-		wait := backoff/2 + rand.N(backoff)
+		if !transient(err) {
+			// A 4xx other than 401/403/429 says the request itself is wrong;
+			// sending it again cannot help.
+			return "", fmt.Errorf("joining: %w", err)
+		}
+		wait := retryWait(err, backoff)
 		a.say("joining failed: %v; retrying in %s", err, wait.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
@@ -138,48 +248,41 @@ func fatal(format string, args ...interface{}) error {
 	return &fatalError{fmt.Errorf(format, args...)}
 }
 
-// token is the join token from the flag, or the one kept from an
-// interrupted join.
-func (a *agent) token() string {
+func (a *agent) hasToken() bool { return a.cfg.Token != "" || a.cfg.TokenFile != "" }
+
+// token is the join token from --token / $MUSTER_TOKEN, or read from
+// --token-file / $MUSTER_TOKEN_FILE.
+func (a *agent) token() (string, error) {
 	if a.cfg.Token != "" {
-		return a.cfg.Token
+		return a.cfg.Token, nil
 	}
-	t, _ := a.dir.read(tokenFile)
-	return t
+	if a.cfg.TokenFile == "" {
+		return "", fmt.Errorf("no join token: pass --token-file FILE or set MUSTER_TOKEN (a token from 'muster-server token create')")
+	}
+	b, err := os.ReadFile(a.cfg.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("reading the join token: %w; check --token-file", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", fmt.Errorf("--token-file %s is empty: write a token from 'muster-server token create' into it", a.cfg.TokenFile)
+	}
+	return t, nil
 }
 
 func (a *agent) join(ctx context.Context, id identity) (string, error) {
-	raw := a.token()
-	if raw == "" {
-		return "", fatal("no join token: pass --token (from 'muster-server token create')")
+	raw, err := a.token()
+	if err != nil {
+		return "", fatal("%v", err)
 	}
 	tok, err := jointoken.Parse(raw)
 	if err != nil {
 		return "", fatal("%v", err)
 	}
-	if err := a.dir.write(tokenFile, []byte(raw+"\n")); err != nil {
-		return "", fatal("keeping the join token in %s: %v", a.dir, err)
-	}
 
-	a.say("fetching the CA from %s/cacerts", a.cfg.Server)
-	ca, err := jointoken.FetchCA(ctx, a.cfg.Server)
-	if errors.Is(err, jointoken.ErrBadServerURL) {
-		return "", fatal("%v", err)
-	}
+	ca, err := PinCA(ctx, a.cfg.Server, tok, a.cfg.InsecureSkipCACheck, a.say)
 	if err != nil {
 		return "", err
-	}
-	sum := sha256.Sum256(ca)
-	switch {
-	case tok.CAHash == "" && !a.cfg.InsecureSkipCACheck:
-		return "", fatal("the token has no CA hash (K10<hash>::...), so the server cannot be verified: use the full token, or --insecure-skip-ca-check")
-	case tok.CAHash == "":
-		a.say("WARNING: not verifying the server's CA (--insecure-skip-ca-check): anyone on the path could impersonate the server")
-	case hex.EncodeToString(sum[:]) != tok.CAHash:
-		return "", fatal("the server's CA (sha256 %x) does not match the token's (%s): refusing to send any credential. "+
-			"Check --server, or get a token from this server", sum, tok.CAHash)
-	default:
-		a.say("verified the server's CA against the token (sha256 %s…)", tok.CAHash[:12])
 	}
 
 	bootstrap, err := versioned.NewForConfig(&rest.Config{
@@ -200,74 +303,19 @@ func (a *agent) join(ctx context.Context, id identity) (string, error) {
 			return "", fatal("storing %s: %v", f.name, err)
 		}
 	}
-	// The bootstrap credential has done its job; only the certificate is used from now on.
-	if err := os.Remove(a.dir.path(tokenFile)); err != nil && !os.IsNotExist(err) {
-		return "", fatal("removing the join token: %v", err)
-	}
-	a.say("stored the certificate of machine %s (cluster %s); removed the join token", granted.Status.Machine, granted.Status.Cluster)
+	// The bootstrap credential has done its job; only the certificate is
+	// used from now on, and the token was never written to the data dir.
+	a.say("stored the certificate of machine %s (cluster %s); the join token is no longer needed", granted.Status.Machine, granted.Status.Cluster)
 	return granted.Status.Machine, nil
 }
 
-// request asks for a certificate with a fresh key and waits for the grant:
-// with the join token when joining, with the current certificate when renewing.
+// request asks for a certificate for this machine: with the join token
+// when joining, with the current certificate when renewing.
 func (a *agent) request(ctx context.Context, c versioned.Interface, id identity) (*api.ClusterRegistration, []byte, error) {
-	key, keyPEM, err := pki.NewPrivateKey()
-	if err != nil {
-		return nil, nil, err
-	}
-	csr, err := pki.NewCSR(id.nodeName, key)
-	if err != nil {
-		return nil, nil, err
-	}
-	clientRandom, _ := randomHex(16)()
-	reg := &api.ClusterRegistration{
-		ObjectMeta: metav1.ObjectMeta{Name: api.RegistrationName(id.clientID, clientRandom)},
-		Spec: api.ClusterRegistrationSpec{
-			ClientID: id.clientID, ClientRandom: clientRandom, NodeName: id.nodeName,
-			Labels: a.cfg.Labels, Roles: a.cfg.Roles, CSR: csr, NodePassword: id.nodePassword,
-			AgentVersion: version.Version, Addresses: addresses(),
-		},
-	}
-	regs := c.MusterV1alpha1().ClusterRegistrations()
-	a.say("registering node %s (clientID %s)", id.nodeName, id.clientID)
-	created, err := regs.Create(ctx, reg, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsInvalid(err) {
-			return nil, nil, fatal("the server refused the registration: %v", err)
-		}
-		return nil, nil, err
-	}
-	// A token that needs no approval is granted in the create's answer.
-	if err == nil && created.Status.Phase == api.RegistrationPhaseGranted {
-		return created, keyPEM, nil
-	}
-	a.say("waiting for the registration to be granted")
-	// Poll briskly at first (a grant takes milliseconds), then back off
-	// for registrations that wait for an operator.
-	interval := 100 * time.Millisecond
-	for {
-		// Served from the server's watch cache: polling costs the
-		// datastore nothing, and a grant shows up within milliseconds.
-		got, err := regs.Get(ctx, reg.Name, metav1.GetOptions{ResourceVersion: "0"})
-		switch {
-		case err != nil && (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)):
-			return nil, nil, fatal("the server refused the registration: %v", err)
-		case apierrors.IsNotFound(err):
-			// Just created; not in the cache yet.
-		case err != nil:
-			return nil, nil, err
-		case got.Status.Phase == api.RegistrationPhaseGranted:
-			return got, keyPEM, nil
-		case got.Status.Phase == api.RegistrationPhaseDenied || got.Status.Phase == api.RegistrationPhaseExpired:
-			return nil, nil, fatal("the registration was %s: %s", strings.ToLower(string(got.Status.Phase)), got.Status.Message)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		case <-time.After(interval):
-		}
-		interval = min(interval*2, 2*time.Second)
-	}
+	return Register(ctx, c, Registration{
+		NodeName: id.nodeName, ClientID: id.clientID, NodePassword: id.nodePassword,
+		Labels: a.cfg.Labels, Roles: a.cfg.Roles, Addresses: addresses(),
+	}, a.say)
 }
 
 // renewWhenDue waits until two thirds of the certificate's life and renews
@@ -283,6 +331,11 @@ func (a *agent) renewWhenDue(ctx context.Context) {
 	retry := time.Second
 	for {
 		cert, err := a.certificate()
+		if err == nil {
+			// A renewal is for the machine the certificate names, whatever
+			// --node-name says now (warnDrift told the operator).
+			id.nodeName = strings.TrimPrefix(cert.Subject.CommonName, "muster:machine:")
+		}
 		if err != nil {
 			a.say("cannot read the certificate to renew it: %v", err)
 			<-ctx.Done()
@@ -305,7 +358,9 @@ func (a *agent) renewWhenDue(ctx context.Context) {
 		if err == nil {
 			var granted *api.ClusterRegistration
 			var keyPEM []byte
-			if granted, keyPEM, err = a.request(ctx, c, id); err == nil {
+			granted, keyPEM, err = a.request(ctx, c, id)
+			c.close()
+			if err == nil {
 				// Key before certificate: a crash in between leaves a
 				// mismatched pair, which the next start detects and rejoins from.
 				if err = a.dir.write(keyFile, keyPEM); err == nil {
@@ -313,12 +368,21 @@ func (a *agent) renewWhenDue(ctx context.Context) {
 				}
 			}
 		}
+		var fatalErr *fatalError
+		if errors.As(err, &fatalErr) && refused(fatalErr.err) && ctx.Err() == nil {
+			// 401/403 to a renewal: the server no longer accepts this
+			// certificate; retrying cannot change that.
+			a.machineGone(fatalErr.err)
+			<-ctx.Done()
+			return
+		}
 		if err != nil {
-			a.say("renewing the certificate failed: %v; retrying in %s", err, retry)
+			wait := retryWait(err, retry)
+			a.say("renewing the certificate failed: %v; retrying in %s", err, wait.Round(time.Millisecond))
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(retry):
+			case <-time.After(wait):
 			}
 			retry = min(retry*2, 5*time.Minute)
 			continue
@@ -341,23 +405,102 @@ func (a *agent) certificate() (*x509.Certificate, error) {
 	return certs[0], nil
 }
 
-// checkCertificate reads the agent's own Machine with its certificate.
-func (a *agent) checkCertificate(ctx context.Context) (string, error) {
+// checkCertificate reads the agent's own Machine with its certificate. A
+// server that is down, restarting or busy is waited for: only its answer
+// (the Machine, or a 401/403) decides whether the certificate still works.
+func (a *agent) checkCertificate(ctx context.Context) (string, *api.Machine, error) {
 	c, err := a.client()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
+	defer c.close()
 	cert, err := a.certificate()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	name := strings.TrimPrefix(cert.Subject.CommonName, "muster:machine:")
-	_, err = c.MusterV1alpha1().Machines().Get(ctx, name, metav1.GetOptions{})
-	return name, err
+	backoff := time.Second
+	for {
+		m, err := c.MusterV1alpha1().Machines().Get(ctx, name, metav1.GetOptions{})
+		if err == nil || refused(err) || ctx.Err() != nil || !transient(err) {
+			return name, m, err
+		}
+		wait := retryWait(err, backoff)
+		a.say("checking the stored certificate: %v; retrying in %s", err, wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return name, nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
 }
 
-// client is the agent's certificate-authenticated client.
-func (a *agent) client() (versioned.Interface, error) {
+// warnDrift says when the flags ask for something other than what the
+// machine registered with: a restart with the stored certificate changes
+// neither its name nor its labels or roles, and silently ignoring the
+// flags would leave the operator believing it did.
+func (a *agent) warnDrift(id identity, m *api.Machine) {
+	if m == nil {
+		return
+	}
+	for _, d := range drift(id.nodeName, a.cfg.Labels, a.cfg.Roles, m) {
+		a.say("WARNING: %s", d)
+	}
+}
+
+func drift(nodeName string, labels map[string]string, roles []string, m *api.Machine) []string {
+	var out []string
+	if nodeName != m.Name {
+		out = append(out, fmt.Sprintf("--node-name %s differs from this machine's registered name %s, which it keeps: "+
+			"to rename it, delete the Machine (kubectl delete machine %s) and join again with a new join token", nodeName, m.Name, m.Name))
+	}
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if got, ok := m.Labels[k]; !ok || got != labels[k] {
+			out = append(out, fmt.Sprintf("--label %s=%s differs from the Machine's (%q): labels are set when joining; "+
+				"change them with kubectl label machine %s %s=%s --overwrite", k, labels[k], got, m.Name, k, labels[k]))
+		}
+	}
+	if len(roles) > 0 && !sameSet(roles, m.Spec.Roles) {
+		quoted := make([]string, len(roles))
+		for i, r := range roles {
+			quoted[i] = fmt.Sprintf("%q", r)
+		}
+		out = append(out, fmt.Sprintf("--role %s differs from the Machine's roles %v: roles are set when joining; "+
+			`change them with kubectl patch machine %s --type=merge -p '{"spec":{"roles":[%s]}}'`,
+			strings.Join(roles, ","), m.Spec.Roles, m.Name, strings.Join(quoted, ",")))
+	}
+	return out
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(slices.Compact(a), slices.Compact(b))
+}
+
+// session is a client built from the certificate on disk at one moment,
+// with its own connections. client-go's shared transport cache would hand a
+// client made after a re-join or renewal the connections its predecessor
+// opened with the old certificate, so a voided certificate would keep being
+// used; a session owns its connections and closes them when it ends.
+type session struct {
+	versioned.Interface
+	transport *http.Transport
+}
+
+// close drops the session's idle connections; requests in flight finish.
+func (s *session) close() { s.transport.CloseIdleConnections() }
+
+// client is the agent's certificate-authenticated client, with the
+// certificate and key as they are on disk now.
+func (a *agent) client() (*session, error) {
 	server := a.cfg.Server
 	if s, err := a.dir.read(serverFile); err == nil && server == "" {
 		server = s
@@ -365,13 +508,37 @@ func (a *agent) client() (versioned.Interface, error) {
 	if a.lb != nil {
 		server = "https://" + a.lb.Address()
 	}
-	return versioned.NewForConfig(&rest.Config{
+	var pem [3][]byte
+	for i, f := range []string{caFile, certFile, keyFile} {
+		b, err := os.ReadFile(a.dir.path(f))
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", a.dir.path(f), err)
+		}
+		pem[i] = b
+	}
+	cfg := &rest.Config{
 		// client-go's default of 5 requests/s would queue a plan's status
 		// writes behind heartbeats and renewals.
 		QPS: 50, Burst: 100,
-		Host: server,
-		TLSClientConfig: rest.TLSClientConfig{
-			CAFile: a.dir.path(caFile), CertFile: a.dir.path(certFile), KeyFile: a.dir.path(keyFile),
-		},
+		Host:            server,
+		TLSClientConfig: rest.TLSClientConfig{CAData: pem[0], CertData: pem[1], KeyData: pem[2]},
+	}
+	tlsConfig, err := rest.TLSConfigFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("loading the certificate in %s: %w", a.dir, err)
+	}
+	transport := utilnet.SetTransportDefaults(&http.Transport{
+		TLSClientConfig:     tlsConfig,
+		TLSHandshakeTimeout: 10 * time.Second,
+		MaxIdleConnsPerHost: 25,
 	})
+	rt, err := rest.HTTPWrappersForConfig(cfg, transport)
+	if err != nil {
+		return nil, err
+	}
+	c, err := versioned.NewForConfigAndClient(cfg, &http.Client{Transport: rt})
+	if err != nil {
+		return nil, err
+	}
+	return &session{Interface: c, transport: transport}, nil
 }

@@ -6,10 +6,6 @@ import (
 	"os"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
-
-	"github.com/muster-io/muster/internal/version"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
@@ -24,53 +20,82 @@ const HeartbeatInterval = 5 * time.Second
 // thousands listing them every heartbeat would double the server's load.
 const learnEvery = 6
 
-// checkIn reports the agent's version and addresses, writing only when they
-// changed; it reports whether the Machine now shows them.
+// checkIn reports the agent's version and addresses; it reports whether
+// the Machine now shows them.
 func (a *agent) checkIn(ctx context.Context, c versioned.Interface, machine string) bool {
-	machines := c.MusterV1alpha1().Machines()
-	// The server's watch cache answers first; a conflict means it lagged,
-	// and the retry reads the stored object.
-	read := metav1.GetOptions{ResourceVersion: "0"}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		m, err := machines.Get(ctx, machine, read)
-		read.ResourceVersion = ""
-		if err != nil {
-			return err
-		}
-		addrs := addresses()
-		if m.Status.AgentVersion == version.Version && equalAddresses(m.Status.Addresses, addrs) {
-			return nil
-		}
-		m.Status.AgentVersion, m.Status.Addresses = version.Version, addrs
-		_, err = machines.UpdateStatus(ctx, m, metav1.UpdateOptions{})
-		return err
-	})
+	err := CheckIn(ctx, c, machine, addresses())
 	if err != nil {
 		a.say("checking in: %v", err)
 	}
 	return err == nil
 }
 
+// voidAfter is how long the server must keep refusing the certificate
+// before the agent believes its Machine is gone: long enough to ride out a
+// server that answers wrongly for a moment (a restart, a failover), short
+// enough that systemd hears of a deleted Machine within a minute.
+const voidAfter = 15 * time.Second
+
 // heartbeat shows the server the agent is alive, and checks in again until
-// a check-in has succeeded.
+// a check-in has succeeded. When the server refuses the certificate (403
+// "machine ... no longer exists" once the Machine is deleted, or 401) for
+// voidAfter, it tells Run the Machine is gone.
 func (a *agent) heartbeat(ctx context.Context, c versioned.Interface, machine string) {
-	t := time.NewTicker(HeartbeatInterval)
-	defer t.Stop()
 	checkedIn := a.checkIn(ctx, c, machine)
+	var refusedSince, lostSince time.Time
 	for beat := 0; ; beat++ {
 		if !checkedIn {
 			checkedIn = a.checkIn(ctx, c, machine)
 		}
-		_ = c.MusterV1alpha1().RESTClient().Get().AbsPath(api.HeartbeatPath).Do(ctx).Error()
+		next := HeartbeatInterval
+		err := Heartbeat(ctx, c)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case refused(err):
+			if refusedSince.IsZero() {
+				refusedSince = time.Now()
+				a.say("the server refuses this machine's certificate: %v; stopping unless that changes within %s", err, voidAfter)
+			}
+			if time.Since(refusedSince) >= voidAfter {
+				a.machineGone(err)
+				return
+			}
+			// Look again soon: the verdict should come within voidAfter,
+			// not a heartbeat interval later.
+			next = time.Second
+		case err != nil:
+			if lostSince.IsZero() {
+				lostSince = time.Now()
+				a.say("lost the server: %v; trying again every %s (the load balancer moves to another server if one answers)", err, HeartbeatInterval)
+			}
+		default:
+			if !lostSince.IsZero() {
+				a.say("the server answers again after %s (%s)", time.Since(lostSince).Round(time.Second), a.activeServer())
+				lostSince = time.Time{}
+			}
+			if !refusedSince.IsZero() {
+				a.say("the server accepts this machine's certificate again")
+			}
+			refusedSince = time.Time{}
+		}
 		if beat%learnEvery == 0 {
 			a.learnServers(ctx, c)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(next):
 		}
 	}
+}
+
+// activeServer names the server the load balancer sends the agent to.
+func (a *agent) activeServer() string {
+	if a.lb == nil {
+		return a.cfg.Server
+	}
+	return "through " + a.lb.Active()
 }
 
 func addresses() []api.MachineAddress {

@@ -1,14 +1,14 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,12 +28,51 @@ const (
 	maxOutput                 = 4 << 10
 )
 
+// Executor carries out plans: Host on a real machine; `muster-agent
+// simulate` supplies one that runs nothing, so that a simulated fleet
+// speaks the agent's protocol through this very code.
+type Executor interface {
+	// Apply writes the plan's files and runs its instructions; the outputs
+	// go into the plan's status, and say why when the plan failed.
+	Apply(ctx context.Context, spec *api.MachinePlanSpec) ([]api.InstructionOutput, error)
+	// Prober makes the probe that checks an applied plan, run again and again.
+	Prober(p api.PlanProbe) Prober
+}
+
+// Prober runs one probe of an applied plan.
+type Prober interface {
+	Probe(ctx context.Context) error
+	// Close releases what the probe holds (a kept-alive connection).
+	Close()
+}
+
+// Host is the real agent's executor: files written and commands run on
+// this machine.
+type Host struct{}
+
+// Apply writes the files, then runs the instructions.
+func (Host) Apply(ctx context.Context, spec *api.MachinePlanSpec) ([]api.InstructionOutput, error) {
+	return runPlan(ctx, spec)
+}
+
+// Prober makes an HTTP or exec probe.
+func (Host) Prober(p api.PlanProbe) Prober { return newProber(p) }
+
+// PlanOptions says how RunPlans carries out and tells of plans.
+type PlanOptions struct {
+	Executor Executor
+	// Say receives the account of each plan; nil discards it.
+	Say func(format string, args ...interface{})
+	// Applied, if set, is told of each plan reported succeeded.
+	Applied func(checksum string)
+}
+
 // planRunner applies the machine's MachinePlan with Rancher's protocol: it
 // writes in-progress with the plan's checksum BEFORE doing anything, so a
 // crash mid-plan is seen on restart and the plan runs again; then
 // succeeded or failed with the output and the failure count.
 type planRunner struct {
-	a       *agent
+	opts    PlanOptions
 	client  versioned.Interface
 	machine string
 	kick    chan struct{}
@@ -42,7 +81,16 @@ type planRunner struct {
 }
 
 func (a *agent) runPlans(ctx context.Context, client versioned.Interface, machine string) {
-	r := &planRunner{a: a, client: client, machine: machine, kick: make(chan struct{}, 1)}
+	RunPlans(ctx, client, machine, PlanOptions{Executor: Host{}, Say: a.say})
+}
+
+// RunPlans watches the machine's own MachinePlan with its certificate's
+// client and applies each new plan with opts.Executor, until ctx ends.
+func RunPlans(ctx context.Context, client versioned.Interface, machine string, opts PlanOptions) {
+	if opts.Say == nil {
+		opts.Say = func(string, ...interface{}) {}
+	}
+	r := &planRunner{opts: opts, client: client, machine: machine, kick: make(chan struct{}, 1)}
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 10*time.Minute,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			// Only its own plan: the server authorizes nothing else.
@@ -68,7 +116,7 @@ func (a *agent) runPlans(ctx context.Context, client versioned.Interface, machin
 		}
 		again, err := r.apply(ctx, plan.DeepCopy())
 		if err != nil {
-			r.a.say("plan: %v", err)
+			r.opts.Say("plan: %v", err)
 		}
 		retry = 0
 		if again {
@@ -116,32 +164,45 @@ func (r *planRunner) apply(ctx context.Context, plan *api.MachinePlan) (bool, er
 			return true, fmt.Errorf("recording in-progress: %w", err)
 		}
 	}
-	r.a.say("applying plan %s", short(plan.Status.Checksum))
-	outputs, runErr := runPlan(ctx, &plan.Spec)
-	probes, healthy := runProbes(ctx, plan.Spec.Probes)
+	r.opts.Say("applying plan %s", short(plan.Status.Checksum))
+	outputs, runErr := r.opts.Executor.Apply(ctx, &plan.Spec)
+	var probers []Prober
+	for _, p := range plan.Spec.Probes {
+		probers = append(probers, r.opts.Executor.Prober(p))
+	}
+	probes, healthy := runProbes(ctx, plan.Spec.Probes, probers)
 
 	now := metav1.Now()
 	plan.Status.Output, plan.Status.Probes, plan.Status.LastAppliedTime = outputs, probes, &now
 	if runErr == nil {
 		plan.Status.State, plan.Status.AppliedChecksum, plan.Status.FailureCount = api.PlanStateSucceeded, plan.Status.Checksum, 0
 		if !healthy {
-			r.a.say("plan %s applied; some probes are unhealthy", short(plan.Status.Checksum))
+			r.opts.Say("plan %s applied; some probes are unhealthy", short(plan.Status.Checksum))
 		}
 	} else {
 		plan.Status.State = api.PlanStateFailed
 		plan.Status.FailureCount++
-		r.a.say("plan %s failed (%d of %d): %v", short(plan.Status.Checksum), plan.Status.FailureCount, max, runErr)
+		r.opts.Say("plan %s failed (%d of %d): %v", short(plan.Status.Checksum), plan.Status.FailureCount, max, runErr)
 	}
 	if _, err := plans.UpdateStatus(ctx, plan, metav1.UpdateOptions{}); err != nil {
+		for _, p := range probers {
+			p.Close()
+		}
 		if apierrors.IsConflict(err) {
 			return false, nil
 		}
 		return true, fmt.Errorf("reporting the result: %w", err)
 	}
 	if runErr == nil {
-		r.a.say("plan %s succeeded", short(plan.Status.Checksum))
-		r.watchProbes(ctx, plan.Spec.Probes, probes)
+		r.opts.Say("plan %s succeeded", short(plan.Status.Checksum))
+		if r.opts.Applied != nil {
+			r.opts.Applied(plan.Status.Checksum)
+		}
+		r.watchProbes(ctx, plan.Spec.Probes, probers, probes)
 		return false, nil
+	}
+	for _, p := range probers {
+		p.Close()
 	}
 	return plan.Status.FailureCount < max, nil
 }
@@ -149,22 +210,23 @@ func (r *planRunner) apply(ctx context.Context, plan *api.MachinePlan) (bool, er
 // watchProbes keeps probing the applied plan every periodSeconds and
 // reports a probe's status when it flips: unhealthy after failureThreshold
 // failures in a row, healthy again after successThreshold successes.
-func (r *planRunner) watchProbes(ctx context.Context, probes []api.PlanProbe, initial []api.ProbeStatus) {
+func (r *planRunner) watchProbes(ctx context.Context, specs []api.PlanProbe, probers []Prober, initial []api.ProbeStatus) {
 	if r.stopProbes != nil {
 		r.stopProbes()
 		r.stopProbes = nil
 	}
-	if len(probes) == 0 {
+	if len(probers) == 0 {
 		return
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	r.stopProbes = cancel
-	for i, p := range probes {
-		go r.probeLoop(pctx, p, initial[i].Healthy)
+	for i, p := range probers {
+		go r.probeLoop(pctx, specs[i], p, initial[i].Healthy)
 	}
 }
 
-func (r *planRunner) probeLoop(ctx context.Context, p api.PlanProbe, healthy bool) {
+func (r *planRunner) probeLoop(ctx context.Context, p api.PlanProbe, pr Prober, healthy bool) {
+	defer pr.Close()
 	period := 10 * time.Second
 	if p.PeriodSeconds > 0 {
 		period = time.Duration(p.PeriodSeconds) * time.Second
@@ -180,7 +242,7 @@ func (r *planRunner) probeLoop(ctx context.Context, p api.PlanProbe, healthy boo
 			return
 		case <-time.After(period):
 		}
-		err := probe(ctx, p)
+		err := pr.Probe(ctx)
 		if err == nil {
 			successes, failures = successes+1, 0
 		} else {
@@ -195,7 +257,7 @@ func (r *planRunner) probeLoop(ctx context.Context, p api.PlanProbe, healthy boo
 		if err != nil {
 			st.Message = truncate([]byte(err.Error()))
 		}
-		r.a.say("probe %s is now healthy=%v", p.Name, healthy)
+		r.opts.Say("probe %s is now healthy=%v", p.Name, healthy)
 		r.reportProbe(ctx, st)
 	}
 }
@@ -225,12 +287,18 @@ func short(sum string) string {
 	return sum
 }
 
+// filesOutput names the status entry that reports a file the agent could
+// not write; no instruction has run when it is there.
+const filesOutput = "files"
+
 // runPlan writes the files, then runs the instructions in order; the first
-// failing instruction stops the plan.
+// failing instruction stops the plan. Every failure's reason is in the
+// returned outputs, which go into the plan's status: an operator reads it
+// with kubectl, not in the agent's log.
 func runPlan(ctx context.Context, spec *api.MachinePlanSpec) ([]api.InstructionOutput, error) {
 	for _, f := range spec.Files {
 		if err := applyFile(f); err != nil {
-			return nil, err
+			return []api.InstructionOutput{{Name: filesOutput, ExitCode: -1, Output: truncate([]byte(err.Error()))}}, err
 		}
 	}
 	var outputs []api.InstructionOutput
@@ -239,27 +307,30 @@ func runPlan(ctx context.Context, spec *api.MachinePlanSpec) ([]api.InstructionO
 		if in.TimeoutSeconds > 0 {
 			timeout = time.Duration(in.TimeoutSeconds) * time.Second
 		}
-		cctx, cancel := context.WithTimeout(ctx, timeout)
-		cmd := exec.CommandContext(cctx, in.Command, in.Args...)
-		cmd.Env = append(os.Environ(), in.Env...)
-		out, err := cmd.CombinedOutput()
-		cancel()
-		res := api.InstructionOutput{Name: in.Name, ExitCode: int32(cmd.ProcessState.ExitCode())}
-		if cmd.ProcessState == nil {
-			res.ExitCode = -1
+		res := run(ctx, timeout, in.Command, in.Args, in.Env)
+		out := api.InstructionOutput{Name: in.Name, ExitCode: int32(res.exitCode)}
+		if in.SaveOutput || res.err != nil {
+			out.Output = res.output
 		}
-		if in.SaveOutput || err != nil {
-			res.Output = truncate(out)
+		if res.err != nil && res.exitCode < 0 {
+			// No exit code tells why (it did not start, timed out, was
+			// killed): the reason goes last, where a reader of a long
+			// output looks.
+			out.Output = truncate([]byte(joinLines(out.Output, fmt.Sprintf("muster-agent: %s %v", in.Command, res.err))))
 		}
-		outputs = append(outputs, res)
-		if err != nil {
-			if cctx.Err() == context.DeadlineExceeded {
-				return outputs, fmt.Errorf("instruction %s timed out after %s", in.Name, timeout)
-			}
-			return outputs, fmt.Errorf("instruction %s: %v", in.Name, err)
+		outputs = append(outputs, out)
+		if res.err != nil {
+			return outputs, fmt.Errorf("instruction %s: %v", in.Name, res.err)
 		}
 	}
 	return outputs, nil
+}
+
+func joinLines(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return strings.TrimRight(a, "\n") + "\n" + b
 }
 
 // applyFile writes a file atomically with its mode (or deletes it).
@@ -272,7 +343,7 @@ func applyFile(f api.PlanFile) error {
 	}
 	mode := os.FileMode(0o600)
 	if f.Mode != 0 {
-		mode = os.FileMode(f.Mode)
+		mode = fileMode(f.Mode)
 	}
 	if err := os.MkdirAll(filepath.Dir(f.Path), 0o755); err != nil {
 		return fmt.Errorf("creating the directory of %s: %w", f.Path, err)
@@ -288,24 +359,43 @@ func applyFile(f api.PlanFile) error {
 	}
 	if err := tmp.Chmod(mode); err != nil {
 		tmp.Close()
-		return err
+		return fmt.Errorf("setting the mode of %s: %w", f.Path, err)
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
-		return err
+		return fmt.Errorf("writing %s: %w", f.Path, err)
 	}
 	if err := tmp.Close(); err != nil {
-		return err
+		return fmt.Errorf("writing %s: %w", f.Path, err)
 	}
-	return os.Rename(tmp.Name(), f.Path)
+	if err := os.Rename(tmp.Name(), f.Path); err != nil {
+		return fmt.Errorf("writing %s: %w", f.Path, err)
+	}
+	return nil
 }
 
-func runProbes(ctx context.Context, probes []api.PlanProbe) ([]api.ProbeStatus, bool) {
+// fileMode turns a Unix mode (0o4755) into Go's: Go keeps setuid, setgid
+// and sticky in bits of its own, and would drop them from the raw number.
+func fileMode(unix int32) os.FileMode {
+	m := os.FileMode(unix) & os.ModePerm
+	if unix&0o4000 != 0 {
+		m |= os.ModeSetuid
+	}
+	if unix&0o2000 != 0 {
+		m |= os.ModeSetgid
+	}
+	if unix&0o1000 != 0 {
+		m |= os.ModeSticky
+	}
+	return m
+}
+
+func runProbes(ctx context.Context, specs []api.PlanProbe, probers []Prober) ([]api.ProbeStatus, bool) {
 	healthy := true
 	var out []api.ProbeStatus
-	for _, p := range probes {
-		err := probe(ctx, p)
-		st := api.ProbeStatus{Name: p.Name, Healthy: err == nil}
+	for i, p := range probers {
+		err := p.Probe(ctx)
+		st := api.ProbeStatus{Name: specs[i].Name, Healthy: err == nil}
 		if err != nil {
 			st.Message = truncate([]byte(err.Error()))
 			healthy = false
@@ -315,43 +405,78 @@ func runProbes(ctx context.Context, probes []api.PlanProbe) ([]api.ProbeStatus, 
 	return out, healthy
 }
 
-// probe runs p once, bounded by its timeout.
-func probe(ctx context.Context, p api.PlanProbe) error {
-	timeout := defaultProbeTimeout
-	if p.TimeoutSeconds > 0 {
-		timeout = time.Duration(p.TimeoutSeconds) * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	switch {
-	case p.Exec != nil:
-		out, err := exec.CommandContext(ctx, p.Exec.Command, p.Exec.Args...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("%v: %s", err, bytes.TrimSpace(out))
-		}
-		return nil
-	case p.HTTPGet != nil:
-		client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: p.HTTPGet.InsecureSkipVerify}}} //nolint:gosec // operator's choice per probe
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.HTTPGet.URL, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode >= 400 {
-			return fmt.Errorf("%s answered %s", p.HTTPGet.URL, resp.Status)
-		}
-		return nil
-	}
-	return fmt.Errorf("probe %s has no type", p.Name)
+// prober runs one probe of the applied plan, again and again: an HTTP
+// probe keeps one client, so its runs share one kept-alive connection
+// instead of leaving one open per run.
+type prober struct {
+	spec      api.PlanProbe
+	client    *http.Client
+	transport *http.Transport
 }
 
-func truncate(b []byte) string {
-	if len(b) > maxOutput {
-		b = append(b[:maxOutput-3:maxOutput-3], "..."...)
+func newProber(p api.PlanProbe) *prober {
+	pr := &prober{spec: p}
+	if p.HTTPGet != nil {
+		pr.transport = &http.Transport{
+			TLSClientConfig:     &tls.Config{InsecureSkipVerify: p.HTTPGet.InsecureSkipVerify}, //nolint:gosec // operator's choice per probe
+			MaxIdleConnsPerHost: 1,
+			IdleConnTimeout:     90 * time.Second,
+		}
+		pr.client = &http.Client{Transport: pr.transport}
 	}
-	return string(b)
+	return pr
+}
+
+// Close drops the probe's kept-alive connection once it is no longer run.
+func (p *prober) Close() {
+	if p.transport != nil {
+		p.transport.CloseIdleConnections()
+	}
+}
+
+// Probe runs the probe once, bounded by its timeout.
+func (p *prober) Probe(ctx context.Context) error {
+	timeout := defaultProbeTimeout
+	if p.spec.TimeoutSeconds > 0 {
+		timeout = time.Duration(p.spec.TimeoutSeconds) * time.Second
+	}
+	switch {
+	case p.spec.Exec != nil:
+		res := run(ctx, timeout, p.spec.Exec.Command, p.spec.Exec.Args, nil)
+		if res.err != nil {
+			return fmt.Errorf("%v: %s", res.err, strings.TrimSpace(res.output))
+		}
+		return nil
+	case p.spec.HTTPGet != nil:
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.spec.HTTPGet.URL, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := p.client.Do(req)
+		if err != nil {
+			return err
+		}
+		// Read a little of the body so the connection can carry the next
+		// run; a huge body is cut, and its connection closed.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		if resp.StatusCode >= 400 {
+			return fmt.Errorf("%s answered %s", p.spec.HTTPGet.URL, resp.Status)
+		}
+		return nil
+	}
+	return fmt.Errorf("probe %s has no type", p.spec.Name)
+}
+
+// truncate makes b fit a status field: at most maxOutput bytes of valid
+// UTF-8. Invalid bytes would reach the server as U+FFFD, three bytes
+// each, and push the field over its limit; a run of them becomes one "?".
+func truncate(b []byte) string {
+	s := strings.ToValidUTF8(string(b), "?")
+	if len(s) > maxOutput {
+		s = strings.ToValidUTF8(s[:maxOutput-3], "?") + "..."
+	}
+	return s
 }

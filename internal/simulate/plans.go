@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
@@ -55,6 +56,7 @@ func (f *Fleet) ChangePlans(ctx context.Context, admin versioned.Interface, perS
 	plans := admin.MusterV1alpha1().MachinePlans()
 	tick := time.NewTicker(time.Duration(float64(time.Second) / perSecond))
 	defer tick.Stop()
+	changed := false
 	for n := 0; ; n++ {
 		select {
 		case <-ctx.Done():
@@ -75,8 +77,19 @@ func (f *Fleet) ChangePlans(ctx context.Context, admin versioned.Interface, perS
 			}
 			return err
 		})
-		if err != nil && ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case err == nil:
+			changed = true
+			f.health.ok()
+		case !changed && (apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err)):
+			// Refused before any change went through: the credential is
+			// wrong, not the server down.
 			return fmt.Errorf("changing the plan of %s (does --kubeconfig hold an admin credential?): %w", machine, err)
+		default:
+			// A server restarting or failing over: count it and go on, as
+			// an operator's tooling would; the next tick tries again.
+			f.health.failed(err)
 		}
 	}
 }

@@ -6,7 +6,9 @@ import (
 	"io"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
@@ -16,6 +18,10 @@ import (
 // connected until ctx ends, changing plans at cfg.PlanUpdates a second if
 // asked, and prints a summary every 10 s.
 func Run(ctx context.Context, cfg Config, out io.Writer) error {
+	// Each simulated agent's plan watch is client-go's, which logs every
+	// broken watch: a thousand lines per server restart. The fleet's own
+	// account (lost the server, back after, errors by kind) replaces them.
+	klog.SetLogger(logr.Discard())
 	var admin versioned.Interface
 	if cfg.PlanUpdates > 0 {
 		if cfg.Kubeconfig == "" {
@@ -33,6 +39,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	fleet, err := New(ctx, cfg)
 	if err != nil {
 		return err
+	}
+	fleet.health.say = func(format string, args ...interface{}) {
+		fmt.Fprintf(out, "simulate: "+format+"\n", args...)
 	}
 	start, last := time.Now(), time.Now()
 	err = fleet.Join(ctx, func(n int) {
@@ -57,6 +66,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 		select {
 		case <-ctx.Done():
 			fleet.StopAll()
+			fmt.Fprintf(out, "simulate: stopped; %s\n", summary(fleet))
 			return nil
 		case err := <-planErr:
 			if err != nil {
@@ -64,14 +74,19 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 				return err
 			}
 		case <-t.C:
-			line := fmt.Sprintf("simulate: %d connected, %d plans reported applied", fleet.Connected(), fleet.Applied())
-			if done, waiting := fleet.PlanLatencies(); len(done) > 0 {
-				line += fmt.Sprintf("; plan change → applied p50 %s, p99 %s over %d changes, %d waiting",
-					percentile(done, 50).Round(time.Millisecond), percentile(done, 99).Round(time.Millisecond), len(done), waiting)
-			}
-			fmt.Fprintln(out, line)
+			fmt.Fprintf(out, "simulate: %s\n", summary(fleet))
 		}
 	}
+}
+
+// summary is the fleet's state, its plan latencies and what it saw of the server.
+func summary(fleet *Fleet) string {
+	line := fmt.Sprintf("%d connected, %d plans reported applied", fleet.Connected(), fleet.Applied())
+	if done, waiting := fleet.PlanLatencies(); len(done) > 0 {
+		line += fmt.Sprintf("; plan change → applied p50 %s, p99 %s over %d changes, %d waiting",
+			percentile(done, 50).Round(time.Millisecond), percentile(done, 99).Round(time.Millisecond), len(done), waiting)
+	}
+	return line + "; " + fleet.Health().String()
 }
 
 // percentile of sorted durations, p in 0..100.

@@ -1,13 +1,14 @@
 // Package simulate runs many muster agents in one process, for load tests
 // of a real deployment (`muster-agent simulate`) and for `make bench`.
 //
-// Each simulated agent speaks the real protocol with its own credentials:
-// its own node password and clientID, its own ECDSA key and CSR, a
-// ClusterRegistration made with the join token, the certificate it is
-// granted, and from then on its own TLS connection carrying its check-in,
-// its heartbeats and its own MachinePlan watch. Plans are "applied" without
-// running anything: the agent reports in-progress, then succeeded with the
-// plan's checksum, exactly the writes the real agent makes.
+// Each simulated agent runs the real agent's protocol code (internal/agent:
+// CA pinning, registration, check-in, heartbeats, the MachinePlan watch
+// and reports) with its own credentials: its own node password and
+// clientID, its own ECDSA key and CSR, the certificate it is granted, and
+// from then on its own TLS connection. Only the executor differs: plans
+// are "applied" without running anything, so the agent reports
+// in-progress, then succeeded with the plan's checksum, exactly the writes
+// the real agent makes.
 package simulate
 
 import (
@@ -21,16 +22,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 
+	"github.com/muster-io/muster/internal/agent"
 	"github.com/muster-io/muster/internal/jointoken"
 	"github.com/muster-io/muster/internal/nodepassword"
-	"github.com/muster-io/muster/internal/pki"
-	"github.com/muster-io/muster/internal/version"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
@@ -67,6 +63,7 @@ type Fleet struct {
 	connected atomic.Int64
 	applied   atomic.Int64
 	changes   changes
+	health    health
 }
 
 // Agent is one simulated agent.
@@ -104,12 +101,9 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	ca, err := jointoken.FetchCA(ctx, cfg.Server)
+	ca, err := agent.PinCA(ctx, cfg.Server, tok, false, quiet)
 	if err != nil {
 		return nil, err
-	}
-	if !tok.PinsCA(ca) {
-		return nil, fmt.Errorf("the server's CA does not match the token's CA hash (K10<hash>): refusing to send credentials; use a token from this server")
 	}
 	f := &Fleet{cfg: cfg, token: tok, ca: ca}
 	for i := 0; i < cfg.Count; i++ {
@@ -121,6 +115,10 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 	}
 	return f, nil
 }
+
+// Health is what the fleet saw of the server so far: errors by kind and
+// the outages it rode through.
+func (f *Fleet) Health() Health { return f.health.snapshot() }
 
 // Agents are the simulated agents, in order.
 func (f *Fleet) Agents() []*Agent { return f.agents }
@@ -180,58 +178,29 @@ func (f *Fleet) Join(ctx context.Context, progress func(joined int)) error {
 
 func (f *Fleet) join(ctx context.Context, c versioned.Interface, a *Agent) error {
 	start := time.Now()
-	key, keyPEM, err := pki.NewPrivateKey()
-	if err != nil {
-		return err
+	reg := agent.Registration{
+		NodeName: a.Name, ClientID: a.clientID, NodePassword: a.password,
+		Labels: map[string]string{"muster.io/simulated": "true"}, Addresses: a.addresses(),
 	}
-	csr, err := pki.NewCSR(a.Name, key)
-	if err != nil {
-		return err
-	}
-	random := randomHex(16)
-	reg := &api.ClusterRegistration{
-		ObjectMeta: metav1.ObjectMeta{Name: api.RegistrationName(a.clientID, random)},
-		Spec: api.ClusterRegistrationSpec{
-			ClientID: a.clientID, ClientRandom: random, NodeName: a.Name, CSR: csr, NodePassword: a.password,
-			Labels:       map[string]string{"muster.io/simulated": "true"},
-			AgentVersion: version.Version, Addresses: a.addresses(),
-		},
-	}
-	regs := c.MusterV1alpha1().ClusterRegistrations()
-	var got *api.ClusterRegistration
-	for attempt := 0; ; attempt++ {
-		got, err = regs.Create(ctx, reg, metav1.CreateOptions{})
-		if err == nil || apierrors.IsAlreadyExists(err) {
-			break
-		}
-		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsInvalid(err) || attempt == 5 || ctx.Err() != nil {
-			return fmt.Errorf("registering: %w", err)
-		}
-		sleep(ctx, time.Duration(attempt+1)*200*time.Millisecond)
-	}
-	// Like the real agent: take a grant from the create's answer, or poll
-	// briskly, then back off.
-	interval := 100 * time.Millisecond
-	for first := err == nil; ; first = false {
-		if !first {
-			got, err = regs.Get(ctx, reg.Name, metav1.GetOptions{ResourceVersion: "0"})
-		}
-		switch {
-		case err != nil && (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)):
-			return fmt.Errorf("the server refused the registration: %w", err)
-		case err != nil && ctx.Err() != nil:
-			return err
-		case err == nil && got.Status.Phase == api.RegistrationPhaseGranted:
+	// Like the real agent, a join rides through a server that is down or
+	// restarting: only the server's refusal ends it.
+	for backoff := 200 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		got, keyPEM, err := agent.Register(ctx, c, reg, quiet)
+		if err == nil {
+			f.health.ok()
 			a.mu.Lock()
 			a.keyPEM, a.certPEM, a.machine = keyPEM, got.Status.Certificate, got.Status.Machine
 			a.JoinLatency = time.Since(start)
 			a.mu.Unlock()
 			return nil
-		case err == nil && (got.Status.Phase == api.RegistrationPhaseDenied || got.Status.Phase == api.RegistrationPhaseExpired):
-			return fmt.Errorf("the registration was %s: %s", got.Status.Phase, got.Status.Message)
 		}
-		sleep(ctx, interval)
-		interval = min(interval*2, 2*time.Second)
+		if !agent.Retryable(err) || ctx.Err() != nil {
+			return fmt.Errorf("registering: %w", err)
+		}
+		f.health.failed(err)
+		if !sleep(ctx, agent.RetryWait(err, backoff)) {
+			return ctx.Err()
+		}
 	}
 }
 
@@ -291,39 +260,24 @@ func (f *Fleet) session(ctx context.Context, a *Agent) {
 	if err != nil {
 		return
 	}
-	for !f.checkIn(ctx, c, a, machine) {
+	for {
+		err := agent.CheckIn(ctx, c, machine, a.addresses())
+		f.health.observe(err)
+		if err == nil {
+			break
+		}
+		// A server that is down: wait for it, as the real agent does.
 		if !sleep(ctx, time.Second) {
 			return
 		}
 	}
 	f.connected.Add(1)
 	defer f.connected.Add(-1)
-	go f.heartbeat(ctx, c, machine)
-	f.watchPlan(ctx, c, machine)
-}
-
-// checkIn makes sure the Machine shows the agent's version and addresses,
-// as the real agent does: a read from the watch cache, and a write only
-// when they differ (never, for a machine that registered with them).
-func (f *Fleet) checkIn(ctx context.Context, c versioned.Interface, a *Agent, machine string) bool {
-	machines := c.MusterV1alpha1().Machines()
-	read := metav1.GetOptions{ResourceVersion: "0"}
-	for attempt := 0; attempt < 5; attempt++ {
-		m, err := machines.Get(ctx, machine, read)
-		if err != nil {
-			return false
-		}
-		if m.Status.AgentVersion == version.Version && slices.Equal(m.Status.Addresses, a.addresses()) {
-			return true
-		}
-		m.Status.AgentVersion, m.Status.Addresses = version.Version, a.addresses()
-		_, err = machines.UpdateStatus(ctx, m, metav1.UpdateOptions{})
-		if !apierrors.IsConflict(err) {
-			return err == nil
-		}
-		read.ResourceVersion = "" // the cache lagged: read the stored object
-	}
-	return false
+	go f.heartbeat(ctx, c)
+	agent.RunPlans(ctx, c, machine, agent.PlanOptions{Executor: nothing{}, Applied: func(checksum string) {
+		f.applied.Add(1)
+		f.changes.applied(machine, checksum)
+	}})
 }
 
 // addresses are what the simulated machine reports about itself.
@@ -331,7 +285,7 @@ func (a *Agent) addresses() []api.MachineAddress {
 	return []api.MachineAddress{{Type: api.MachineHostName, Address: a.Name}}
 }
 
-func (f *Fleet) heartbeat(ctx context.Context, c versioned.Interface, machine string) {
+func (f *Fleet) heartbeat(ctx context.Context, c versioned.Interface) {
 	// Spread the fleet's heartbeats over the interval.
 	if !sleep(ctx, time.Duration(randUint64()%uint64(f.cfg.HeartbeatInterval))) {
 		return
@@ -339,7 +293,7 @@ func (f *Fleet) heartbeat(ctx context.Context, c versioned.Interface, machine st
 	t := time.NewTicker(f.cfg.HeartbeatInterval)
 	defer t.Stop()
 	for {
-		_ = c.MusterV1alpha1().RESTClient().Get().AbsPath(api.HeartbeatPath).Do(ctx).Error()
+		f.health.observe(agent.Heartbeat(ctx, c))
 		select {
 		case <-ctx.Done():
 			return
@@ -348,70 +302,22 @@ func (f *Fleet) heartbeat(ctx context.Context, c versioned.Interface, machine st
 	}
 }
 
-// watchPlan lists and watches the agent's own plan, and reports each new
-// plan applied.
-func (f *Fleet) watchPlan(ctx context.Context, c versioned.Interface, machine string) {
-	plans := c.MusterV1alpha1().MachinePlans()
-	selector := fields.OneTermEqualSelector("metadata.name", machine).String()
-	for ctx.Err() == nil {
-		list, err := plans.List(ctx, metav1.ListOptions{FieldSelector: selector, ResourceVersion: "0"})
-		if err != nil {
-			sleep(ctx, time.Second)
-			continue
-		}
-		for i := range list.Items {
-			f.apply(ctx, c, &list.Items[i])
-		}
-		w, err := plans.Watch(ctx, metav1.ListOptions{FieldSelector: selector, ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true})
-		if err != nil {
-			sleep(ctx, time.Second)
-			continue
-		}
-		for ev := range w.ResultChan() {
-			if p, ok := ev.Object.(*api.MachinePlan); ok && (ev.Type == watch.Added || ev.Type == watch.Modified) {
-				f.apply(ctx, c, p)
-			}
-		}
-		w.Stop()
-	}
+// nothing is the simulated agents' executor: it runs nothing, so every
+// plan is reported applied, and every probe healthy.
+type nothing struct{}
+
+func (nothing) Apply(context.Context, *api.MachinePlanSpec) ([]api.InstructionOutput, error) {
+	return nil, nil
 }
 
-// apply reports a plan the way the real agent does: in-progress first (for
-// a plan that changes the machine), then succeeded with the checksum. Like
-// the real agent it tries again after a failed report, with a growing
-// pause; a conflict means a newer plan, which the watch brings.
-func (f *Fleet) apply(ctx context.Context, c versioned.Interface, p *api.MachinePlan) {
-	for pause := time.Second; ; pause = min(2*pause, 30*time.Second) {
-		err := f.report(ctx, c, p)
-		if err == nil || apierrors.IsConflict(err) || apierrors.IsNotFound(err) || !sleep(ctx, pause) {
-			return
-		}
-	}
-}
+func (nothing) Prober(api.PlanProbe) agent.Prober { return healthy{} }
 
-func (f *Fleet) report(ctx context.Context, c versioned.Interface, p *api.MachinePlan) error {
-	st := p.Status
-	if st.Checksum == "" || st.AppliedChecksum == st.Checksum && st.State == api.PlanStateSucceeded {
-		return nil
-	}
-	plans := c.MusterV1alpha1().MachinePlans()
-	p = p.DeepCopy()
-	if p.Spec.ChangesMachine() && st.State != api.PlanStateInProgress {
-		p.Status.State = api.PlanStateInProgress
-		var err error
-		if p, err = plans.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-			return err
-		}
-	}
-	now := metav1.Now()
-	p.Status.State, p.Status.AppliedChecksum, p.Status.FailureCount, p.Status.LastAppliedTime = api.PlanStateSucceeded, p.Status.Checksum, 0, &now
-	if _, err := plans.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-		return err
-	}
-	f.applied.Add(1)
-	f.changes.applied(p.Name, p.Status.Checksum)
-	return nil
-}
+type healthy struct{}
+
+func (healthy) Probe(context.Context) error { return nil }
+func (healthy) Close()                      {}
+
+func quiet(string, ...interface{}) {}
 
 // JoinLatencies are the agents' join latencies, sorted.
 func (f *Fleet) JoinLatencies() []time.Duration {

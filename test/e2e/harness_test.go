@@ -308,3 +308,18 @@ func do(t testing.TB, client *http.Client, s *server, method, path string, body 
 	_, _ = b.ReadFrom(resp.Body)
 	return resp.StatusCode, resp.Header.Get("Retry-After"), b.String()
 }
+
+// runAgentBinaryEnv is runAgentBinary with extra environment variables.
+func runAgentBinaryEnv(t testing.TB, env []string, args ...string) *agentProc {
+	t.Helper()
+	a := &agentProc{t: t, log: &syncBuffer{}, exited: make(chan struct{})}
+	a.cmd = exec.Command(agentBin, args...)
+	a.cmd.Env = append(os.Environ(), env...)
+	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
+	if err := a.cmd.Start(); err != nil {
+		t.Fatalf("starting muster-agent: %v", err)
+	}
+	go func() { _ = a.cmd.Wait(); close(a.exited) }()
+	t.Cleanup(a.kill)
+	return a
+}
