@@ -104,9 +104,19 @@ func (r *registrationREST) prepare(ctx context.Context, reg *api.ClusterRegistra
 	reg.Spec.TokenID, reg.Spec.MachineUID = "", ""
 	reg.Spec.NodePasswordHash, reg.Spec.VerifiedNodePassword = "", ""
 	reg.Status = api.ClusterRegistrationStatus{}
+	reg.Finalizers, reg.OwnerReferences = nil, nil
 	// Nothing reads a registration's labels or annotations, and an
 	// outsider's bytes have no place on the server's record of a grant.
-	reg.Finalizers, reg.OwnerReferences, reg.Labels, reg.Annotations = nil, nil, nil, nil
+	var errs field.ErrorList
+	if len(reg.Labels) > 0 {
+		errs = append(errs, field.Forbidden(field.NewPath("metadata", "labels"), "a registration takes no labels: the machine's labels go in spec.labels"))
+	}
+	if len(reg.Annotations) > 0 {
+		errs = append(errs, field.Forbidden(field.NewPath("metadata", "annotations"), "a registration takes no annotations"))
+	}
+	if len(errs) > 0 {
+		return invalid(reg.Name, errs...)
+	}
 	u, _ := request.UserFrom(ctx)
 	if tokenID, ok := identity.TokenID(u); ok {
 		reg.Spec.TokenID = tokenID

