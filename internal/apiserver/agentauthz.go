@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
-	"github.com/muster-io/muster/internal/identity"
+	"github.com/muster-io/muster/internal/caller"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 	listers "github.com/muster-io/muster/pkg/client/listers/muster/v1alpha1"
@@ -88,18 +88,18 @@ func (a *AgentAuthorizer) Authorize(ctx context.Context, attrs authorizer.Attrib
 		return authorizer.DecisionNoOpinion, "", nil
 	}
 	for _, g := range u.GetGroups() {
-		if g == identity.InactiveBootstrappersGroup {
+		if g == caller.InactiveBootstrappersGroup {
 			why := "join token is not active"
-			if r := u.GetExtra()[identity.ReasonExtra]; len(r) > 0 {
+			if r := u.GetExtra()[caller.ReasonExtra]; len(r) > 0 {
 				why = r[0]
 			}
 			return authorizer.DecisionDeny, why + ": create a new one with 'muster-server token create'", nil
 		}
 	}
-	if tokenID, ok := identity.TokenID(u); ok && identity.IsBootstrapper(u) {
+	if tokenID, ok := caller.TokenID(u); ok && caller.IsBootstrapper(u) {
 		return a.bootstrap(ctx, attrs, tokenID)
 	}
-	if name, uid, ok := identity.Machine(u); ok {
+	if name, uid, ok := caller.Machine(u); ok {
 		return a.machine(ctx, attrs, name, uid)
 	}
 	return authorizer.DecisionNoOpinion, "", nil

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/muster-io/muster/internal/identity"
+	"github.com/muster-io/muster/internal/caller"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
@@ -207,7 +207,7 @@ func (a *AgentAuthorizer) VoidOnMachineChange(machines cache.SharedIndexInformer
 func withAgentRequests(h http.Handler, a *AgentAuthorizer, refuse func(http.ResponseWriter, *http.Request, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u, _ := request.UserFrom(r.Context())
-		name, uid, ok := identity.Machine(u)
+		name, uid, ok := caller.Machine(u)
 		if !ok {
 			h.ServeHTTP(w, r)
 			return

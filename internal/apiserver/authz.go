@@ -7,7 +7,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
-	"github.com/muster-io/muster/internal/identity"
+	"github.com/muster-io/muster/internal/caller"
 )
 
 // publicPaths are served to anyone, authenticated or not: what an agent
@@ -46,7 +46,7 @@ func (a Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) 
 	if !attrs.IsResourceRequest() && attrs.GetVerb() == "get" && isPublicPath(attrs.GetPath()) {
 		return authorizer.DecisionAllow, "", nil
 	}
-	if !attrs.IsResourceRequest() && attrs.GetVerb() == "get" && identity.IsServer(attrs.GetUser()) {
+	if !attrs.IsResourceRequest() && attrs.GetVerb() == "get" && caller.IsServer(attrs.GetUser()) {
 		for _, p := range a.PeerPaths {
 			if attrs.GetPath() == p {
 				return authorizer.DecisionAllow, "", nil

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/muster-io/muster/internal/identity"
+	"github.com/muster-io/muster/internal/caller"
 )
 
 const (
@@ -92,7 +92,7 @@ func (g *credentialGate) wrap(next http.Handler) http.Handler {
 				g.refuse(w, r, apierrors.NewUnauthorized("Unauthorized: this join token is not known to the server (wrong, mistyped or deleted); check it, or create one with 'muster-server token create'"))
 				return
 			}
-		} else if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 && identity.ClaimsMachine(r.TLS.PeerCertificates[0].Subject.CommonName) {
+		} else if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 && caller.ClaimsMachine(r.TLS.PeerCertificates[0].Subject.CommonName) {
 			if !g.await(r.Context(), g.agents.Ready()) {
 				g.refuse(w, r, starting("machines"))
 				return

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/muster-io/muster/internal/identity"
+	"github.com/muster-io/muster/internal/caller"
 	"github.com/muster-io/muster/internal/jointoken"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	listers "github.com/muster-io/muster/pkg/client/listers/muster/v1alpha1"
@@ -56,10 +56,10 @@ func TestTokenAuthenticator(t *testing.T) {
 		ok     bool
 		groups []string
 	}{
-		{"known id, right secret", "abcdef." + secret, true, []string{identity.BootstrappersGroup}},
+		{"known id, right secret", "abcdef." + secret, true, []string{caller.BootstrappersGroup}},
 		{"known id, wrong secret", "abcdef." + "x" + secret[1:], false, nil},
 		{"unknown id", "zzzzzz." + secret, false, nil},
-		{"revoked token", "revoked." + secret, true, []string{identity.InactiveBootstrappersGroup}},
+		{"revoked token", "revoked." + secret, true, []string{caller.InactiveBootstrappersGroup}},
 		{"full form is not a bearer", "K10" + strings.Repeat("a", 64) + "::abcdef." + secret, false, nil},
 		{"malformed", "not a token", false, nil},
 	}

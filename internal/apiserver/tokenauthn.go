@@ -12,7 +12,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 
-	"github.com/muster-io/muster/internal/identity"
+	"github.com/muster-io/muster/internal/caller"
 	"github.com/muster-io/muster/internal/jointoken"
 	listers "github.com/muster-io/muster/pkg/client/listers/muster/v1alpha1"
 )
@@ -71,10 +71,10 @@ func (a *TokenAuthenticator) AuthenticateToken(_ context.Context, value string) 
 	if !jointoken.VerifySecret(hash, tok.Secret) || err != nil {
 		return nil, false, nil
 	}
-	info := &user.DefaultInfo{Name: identity.BootstrapUser(tok.ID), Groups: []string{identity.BootstrappersGroup}}
+	info := &user.DefaultInfo{Name: caller.BootstrapUser(tok.ID), Groups: []string{caller.BootstrappersGroup}}
 	if why := jointoken.Inactive(obj, a.now()); why != "" {
-		info.Groups = []string{identity.InactiveBootstrappersGroup}
-		info.Extra = map[string][]string{identity.ReasonExtra: {why}}
+		info.Groups = []string{caller.InactiveBootstrappersGroup}
+		info.Extra = map[string][]string{caller.ReasonExtra: {why}}
 	}
 	return &authenticator.Response{User: info}, true, nil
 }

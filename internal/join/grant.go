@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/muster-io/muster/internal/identity"
+	"github.com/muster-io/muster/internal/caller"
 	"github.com/muster-io/muster/internal/jointoken"
 	"github.com/muster-io/muster/internal/nodepassword"
 	"github.com/muster-io/muster/internal/pki"
@@ -217,7 +217,7 @@ func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration, csr *
 			return nil, err
 		}
 	}
-	cn, groups := identity.MachineSubject(m.Name, string(m.UID))
+	cn, groups := caller.MachineSubject(m.Name, string(m.UID))
 	cert, err := g.ca.SignCSR(csr, cn, groups, g.validity)
 	if err != nil {
 		return nil, refuse(http.StatusBadRequest, "InvalidCSR", "the certificate request was refused: %v", err)

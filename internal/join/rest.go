@@ -16,7 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/fsm"
-	"github.com/muster-io/muster/internal/identity"
+	"github.com/muster-io/muster/internal/caller"
 	"github.com/muster-io/muster/internal/nodepassword"
 	"github.com/muster-io/muster/internal/pki"
 	"github.com/muster-io/muster/internal/registry"
@@ -118,10 +118,10 @@ func (r *registrationREST) prepare(ctx context.Context, reg *api.ClusterRegistra
 		return invalid(reg.Name, errs...)
 	}
 	u, _ := request.UserFrom(ctx)
-	if tokenID, ok := identity.TokenID(u); ok {
+	if tokenID, ok := caller.TokenID(u); ok {
 		reg.Spec.TokenID = tokenID
 	}
-	if machine, uid, ok := identity.Machine(u); ok {
+	if machine, uid, ok := caller.Machine(u); ok {
 		// A machine renewing its certificate asks only for itself.
 		if reg.Spec.NodeName != machine {
 			return apierrors.NewForbidden(api.Resource("clusterregistrations"), reg.Name,

@@ -11,7 +11,7 @@ import (
 
 	"k8s.io/apiserver/pkg/authentication/user"
 
-	"github.com/muster-io/muster/internal/identity"
+	"github.com/muster-io/muster/internal/caller"
 )
 
 // Tracker remembers, in memory, when each machine's agent last made a
@@ -39,7 +39,7 @@ func NewTracker() *Tracker {
 // Observe records a request by u, if u is a machine. It is called for every
 // authenticated request, so it only takes a map write.
 func (t *Tracker) Observe(u user.Info) {
-	name, _, ok := identity.Machine(u)
+	name, _, ok := caller.Machine(u)
 	if !ok {
 		return
 	}

@@ -6,7 +6,7 @@ import (
 
 	"k8s.io/apiserver/pkg/authentication/user"
 
-	"github.com/muster-io/muster/internal/identity"
+	"github.com/muster-io/muster/internal/caller"
 )
 
 type clock struct{ t time.Time }
@@ -14,7 +14,7 @@ type clock struct{ t time.Time }
 func (c *clock) now() time.Time { return c.t }
 
 func machineUser(name string) user.Info {
-	cn, groups := identity.MachineSubject(name, "uid-"+name)
+	cn, groups := caller.MachineSubject(name, "uid-"+name)
 	return &user.DefaultInfo{Name: cn, Groups: groups}
 }
 

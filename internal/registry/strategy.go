@@ -14,7 +14,7 @@ import (
 	"k8s.io/apiserver/pkg/storage/names"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
-	"github.com/muster-io/muster/internal/identity"
+	"github.com/muster-io/muster/internal/caller"
 	"github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
@@ -164,7 +164,7 @@ func isAgent(ctx context.Context) bool {
 	if !ok {
 		return false
 	}
-	_, _, isMachine := identity.Machine(u)
+	_, _, isMachine := caller.Machine(u)
 	return isMachine
 }
 

@@ -18,7 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
-	"github.com/muster-io/muster/internal/identity"
+	"github.com/muster-io/muster/internal/caller"
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/leader"
 	"github.com/muster-io/muster/internal/lifecycle"
@@ -205,7 +205,7 @@ func serverName(advertise string, port int) string {
 // certificate for identity muster:server:<name> issued from the shared CA,
 // kept in memory only, and the CA as the only trusted root.
 func peerTLSConfig(ca *pki.CA, self string) (*tls.Config, error) {
-	cn, groups := identity.ServerSubject(self)
+	cn, groups := caller.ServerSubject(self)
 	certPEM, keyPEM, err := ca.IssueClient(cn, groups, 365*24*time.Hour)
 	if err != nil {
 		return nil, fmt.Errorf("issuing this server's peer certificate: %w", err)

@@ -1,9 +1,9 @@
-// Package identity names the callers muster-server recognises besides
+// Package caller names the callers muster-server recognises besides
 // administrators: bootstrap callers (an agent holding a join token) and
 // machines (an agent holding the client certificate it was granted). The
 // authenticator makes these identities, the authorizer and the registry
 // read them; keeping the spelling here keeps the three in agreement.
-package identity
+package caller
 
 import (
 	"strings"
