@@ -15,8 +15,8 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/klog/v2"
 
-	"github.com/muster-io/muster/internal/fsm"
 	"github.com/muster-io/muster/internal/caller"
+	"github.com/muster-io/muster/internal/fsm"
 	"github.com/muster-io/muster/internal/nodepassword"
 	"github.com/muster-io/muster/internal/pki"
 	"github.com/muster-io/muster/internal/registry"
