@@ -187,7 +187,7 @@ func (a *agent) removeStaleToken() {
 // credential returns the machine name once the agent holds a working
 // certificate: the stored one, or a new one from joining.
 func (a *agent) credential(ctx context.Context) (string, error) {
-	id, err := a.dir.identity(a.cfg.NodeName, a.cfg.WithNodeID)
+	id, err := a.dir.credentials(a.cfg.NodeName, a.cfg.WithNodeID)
 	if err != nil {
 		return "", err
 	}
@@ -270,7 +270,7 @@ func (a *agent) token() (string, error) {
 	return t, nil
 }
 
-func (a *agent) join(ctx context.Context, id identity) (string, error) {
+func (a *agent) join(ctx context.Context, id nodeCredentials) (string, error) {
 	raw, err := a.token()
 	if err != nil {
 		return "", fatal("%v", err)
@@ -311,7 +311,7 @@ func (a *agent) join(ctx context.Context, id identity) (string, error) {
 
 // request asks for a certificate for this machine: with the join token
 // when joining, with the current certificate when renewing.
-func (a *agent) request(ctx context.Context, c versioned.Interface, id identity) (*api.ClusterRegistration, []byte, error) {
+func (a *agent) request(ctx context.Context, c versioned.Interface, id nodeCredentials) (*api.ClusterRegistration, []byte, error) {
 	return Register(ctx, c, Registration{
 		NodeName: id.nodeName, ClientID: id.clientID, NodePassword: id.nodePassword,
 		Labels: a.cfg.Labels, Roles: a.cfg.Roles, Addresses: addresses(),
@@ -322,7 +322,7 @@ func (a *agent) request(ctx context.Context, c versioned.Interface, id identity)
 // it, with the certificate itself as the credential; it returns once it has
 // renewed, or when ctx ends.
 func (a *agent) renewWhenDue(ctx context.Context) {
-	id, err := a.dir.identity(a.cfg.NodeName, a.cfg.WithNodeID)
+	id, err := a.dir.credentials(a.cfg.NodeName, a.cfg.WithNodeID)
 	if err != nil {
 		a.say("cannot renew the certificate: %v", err)
 		<-ctx.Done()
@@ -440,7 +440,7 @@ func (a *agent) checkCertificate(ctx context.Context) (string, *api.Machine, err
 // machine registered with: a restart with the stored certificate changes
 // neither its name nor its labels or roles, and silently ignoring the
 // flags would leave the operator believing it did.
-func (a *agent) warnDrift(id identity, m *api.Machine) {
+func (a *agent) warnDrift(id nodeCredentials, m *api.Machine) {
 	if m == nil {
 		return
 	}

@@ -198,7 +198,7 @@ func TestRequestRetriesWhatMayPass(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.close()
-			id, err := a.dir.identity("m1", false)
+			id, err := a.dir.credentials("m1", false)
 			if err != nil {
 				t.Fatal(err)
 			}

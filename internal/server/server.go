@@ -124,7 +124,7 @@ func run(ctx context.Context, cfg Config) error {
 			klog.ErrorS(err, "Closing the datastore")
 		}
 	}()
-	state, err := prepareIdentity(ctx, cfg, ds)
+	state, err := prepareCertificates(ctx, cfg, ds)
 	if err != nil {
 		return err
 	}

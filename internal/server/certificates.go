@@ -15,13 +15,13 @@ import (
 	"github.com/muster-io/muster/internal/store"
 )
 
-// prepareIdentity gives this server the deployment's identity: the CA every
+// prepareCertificates gives this server the deployment's CA, the one every
 // server shares (sealed in the datastore with the server token) and its own
 // serving and admin certificates issued from it. The first server on an
 // empty datastore seals its CA there; later ones install it before their
 // certificates are issued. A server whose token cannot open the sealed CA
 // stops here, before anything on disk or in the datastore is written.
-func prepareIdentity(ctx context.Context, cfg Config, ds *store.Datastore) (*bootstrap.State, error) {
+func prepareCertificates(ctx context.Context, cfg Config, ds *store.Datastore) (*bootstrap.State, error) {
 	token := cfg.Token
 	if token == "" {
 		t, err := bootstrap.ReadToken(cfg.DataDir)

@@ -69,32 +69,32 @@ func randomHex(bytes int) func() (string, error) {
 	}
 }
 
-// identity is what the agent presents about itself.
-type identity struct {
+// nodeCredentials are what the agent presents about itself when it registers: its node name, node password and clientID.
+type nodeCredentials struct {
 	nodeName, nodePassword, clientID string
 }
 
-func (d dataDir) identity(nodeName string, withNodeID bool) (identity, error) {
+func (d dataDir) credentials(nodeName string, withNodeID bool) (nodeCredentials, error) {
 	if err := os.MkdirAll(string(d), 0o700); err != nil {
-		return identity{}, fmt.Errorf("creating data dir %s: %w; choose a writable --data-dir", d, err)
+		return nodeCredentials{}, fmt.Errorf("creating data dir %s: %w; choose a writable --data-dir", d, err)
 	}
 	pw, err := d.readOrCreate(nodePasswordFile, nodepassword.Generate)
 	if err != nil {
-		return identity{}, err
+		return nodeCredentials{}, err
 	}
 	if err := nodepassword.Validate(pw); err != nil {
-		return identity{}, fmt.Errorf("%s: %w", d.path(nodePasswordFile), err)
+		return nodeCredentials{}, fmt.Errorf("%s: %w", d.path(nodePasswordFile), err)
 	}
 	id, err := d.readOrCreate(clientIDFile, randomHex(16))
 	if err != nil {
-		return identity{}, err
+		return nodeCredentials{}, err
 	}
 	if withNodeID {
 		suffix, err := d.readOrCreate(nodeIDFile, randomHex(4))
 		if err != nil {
-			return identity{}, err
+			return nodeCredentials{}, err
 		}
 		nodeName = nodeName + "-" + suffix
 	}
-	return identity{nodeName: nodeName, nodePassword: pw, clientID: id}, nil
+	return nodeCredentials{nodeName: nodeName, nodePassword: pw, clientID: id}, nil
 }
