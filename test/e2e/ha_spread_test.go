@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,9 +17,10 @@ import (
 
 // TestHAAgentsSpread: twelve agents all given the first server, as `make ha`
 // does, end up spread over the three servers: each on the server its
-// clientID ranks first, every server carrying some. Which server carries an
-// agent is measured from the servers' side: the one that hears its
-// heartbeats.
+// clientID ranks first, every server carrying some; when the busiest server
+// dies, each of its agents moves to the survivor its clientID ranks first,
+// not all to the same one. Which server carries an agent is measured from
+// the servers' side: the one that hears its heartbeats.
 func TestHAAgentsSpread(t *testing.T) {
 	const agents = 12
 	servers := startHA(t, pgtest.DSN(t), 3)
@@ -63,10 +65,49 @@ func TestHAAgentsSpread(t *testing.T) {
 	c := clientVia(t, admin, admin)
 	waitFor(t, 120*time.Second, "12 machines Running", func() bool { return allRunning(c, names...) })
 
-	// A server carries an agent when it heard its last heartbeat (every
-	// 5 s) less than 6 s ago; an agent that has just moved is still heard
-	// by its old server for a few seconds.
-	carried := map[*server][]string{}
+	carried := waitCarried(t, admin, servers, names, want)
+	for _, s := range servers {
+		if len(carried[s]) == 0 {
+			t.Errorf("server %s carries no agent", s.host)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+
+	// The server carrying most agents dies: each of its agents moves to
+	// its own next-ranked server, not all to the same one.
+	victim := servers[0]
+	for _, s := range servers {
+		if len(carried[s]) > len(carried[victim]) {
+			victim = s
+		}
+	}
+	var survivors []*server
+	for i, s := range servers {
+		if s != victim {
+			survivors = append(survivors, s)
+			continue
+		}
+		for j, n := range names {
+			if want[n] == victim {
+				want[n] = byAddr[loadbalancer.Rank(ids[j], slices.Delete(slices.Clone(addrs), i, i+1))[0]]
+			}
+		}
+	}
+	victim.kill9()
+	t.Logf("killed %s with %d agents", victim.host, len(carried[victim]))
+	waitCarried(t, admin, survivors, names, want)
+}
+
+// waitCarried (admin's kubeconfig, kept after a kill) waits until each agent is heard by the server want names, and
+// by no other, and returns which server carries which agents. A server
+// carries an agent when it heard its last heartbeat (every 5 s) less than
+// 6 s ago; an agent that has just moved is still heard by its old server for
+// a few seconds.
+func waitCarried(t *testing.T, admin *server, servers []*server, names []string, want map[string]*server) map[*server][]string {
+	t.Helper()
+	var carried map[*server][]string
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		carried = map[*server][]string{}
@@ -98,22 +139,16 @@ func TestHAAgentsSpread(t *testing.T) {
 		report = append(report, fmt.Sprintf("%s: %d", s.host, len(carried[s])))
 	}
 	t.Logf("agents per server: %s", strings.Join(report, ", "))
-	for _, s := range servers {
-		if len(carried[s]) == 0 {
-			t.Errorf("server %s carries no agent", s.host)
-		}
-	}
 	for _, n := range names {
 		var on []string
 		for _, s := range servers {
-			for _, m := range carried[s] {
-				if m == n {
-					on = append(on, s.host)
-				}
+			if slices.Contains(carried[s], n) {
+				on = append(on, s.host)
 			}
 		}
 		if len(on) != 1 || on[0] != want[n].host {
-			t.Errorf("agent %s is heard by %v, want only %s (the server its clientID ranks first)", n, on, want[n].host)
+			t.Errorf("agent %s is heard by %v, want only %s (the live server its clientID ranks first)", n, on, want[n].host)
 		}
 	}
+	return carried
 }
