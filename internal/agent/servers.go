@@ -48,8 +48,12 @@ func (a *agent) startLoadBalancer(ctx context.Context) error {
 		TLSClientConfig:   &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
 		DisableKeepAlives: true,
 	}}
+	// The clientID ranks the servers for this agent, so that agents
+	// spread over them (identity wrote it before any certificate).
+	clientID, _ := a.dir.read(clientIDFile)
 	lb, err := loadbalancer.New(loadbalancer.Config{
 		Seed:      seed,
+		Key:       clientID,
 		StateFile: a.dir.path(lbStateFile),
 		// A server counts as healthy when it is ready (its datastore
 		// answers), verified against the pinned CA.

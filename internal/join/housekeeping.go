@@ -31,13 +31,19 @@ const (
 	// visible (with the reason) for a while before they are deleted, and
 	// is how long a granted registration whose Machine is gone is kept.
 	DecidedRegistrationRetention = 24 * time.Hour
-	housekeepingPeriod           = 30 * time.Second
+	// EmptyOwnClusterGrace is how long the Cluster the server made for
+	// one agent (a token bound to no cluster) must be seen empty, and
+	// without a request from that agent, before it is deleted: a machine
+	// being granted into it right now is never left without its cluster.
+	EmptyOwnClusterGrace = 2 * time.Minute
+	housekeepingPeriod   = 30 * time.Second
 )
 
 // Housekeeper deletes what joining leaves behind: the NodePassword of a
 // deleted Machine (so the node can rejoin), NodePasswords whose Machine never
 // appeared, expired tokens, registrations that waited too long, superseded
-// ones, and decided ones past their retention. It is the one place each of
+// ones, decided ones past their retention, and the empty Clusters the
+// server made for single agents. It is the one place each of
 // these is cleaned up (the controller only deletes an agent's superseded
 // requests as it grants the newest).
 type Housekeeper struct {
@@ -46,8 +52,12 @@ type Housekeeper struct {
 	passwords     listers.NodePasswordLister
 	tokens        listers.ClusterRegistrationTokenLister
 	registrations listers.ClusterRegistrationLister
+	clusters      listers.ClusterLister
 	synced        []cache.InformerSynced
 	now           func() time.Time
+	// emptySince is when each server-made Cluster was first seen empty
+	// in a row of sweeps; only the sweeps touch it.
+	emptySince map[string]time.Time
 }
 
 // NewHousekeeper wires the housekeeper to its informers.
@@ -61,9 +71,11 @@ func NewHousekeeper(client versioned.Interface, factory informers.SharedInformer
 	h := &Housekeeper{
 		client: client, machines: v.Machines().Lister(), passwords: v.NodePasswords().Lister(),
 		tokens: v.ClusterRegistrationTokens().Lister(), registrations: v.ClusterRegistrations().Lister(),
+		clusters: v.Clusters().Lister(),
 		synced: []cache.InformerSynced{v.Machines().Informer().HasSynced, v.NodePasswords().Informer().HasSynced,
-			v.ClusterRegistrationTokens().Informer().HasSynced, v.ClusterRegistrations().Informer().HasSynced},
-		now: time.Now,
+			v.ClusterRegistrationTokens().Informer().HasSynced, v.ClusterRegistrations().Informer().HasSynced,
+			v.Clusters().Informer().HasSynced},
+		now: time.Now, emptySince: map[string]time.Time{},
 	}
 	// A deleted Machine's password goes at once, so the node can rejoin.
 	_, _ = v.Machines().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -147,6 +159,7 @@ func (h *Housekeeper) sweep(ctx context.Context) {
 			}
 		}
 	}
+	h.sweepOwnClusters(ctx, now, regs)
 	for _, r := range regs {
 		waiting := r.Status.Phase == api.RegistrationPhasePending || r.Status.Phase == api.RegistrationPhaseApproved
 		if waiting && now.Sub(r.CreationTimestamp.Time) > PendingRegistrationTTL {
@@ -156,6 +169,62 @@ func (h *Housekeeper) sweep(ctx context.Context) {
 			if _, err := h.client.MusterV1alpha1().ClusterRegistrations().UpdateStatus(ctx, r, metav1.UpdateOptions{}); err != nil {
 				klog.ErrorS(err, "Expiring a registration", "registration", r.Name)
 			}
+		}
+	}
+}
+
+// sweepOwnClusters deletes the Clusters the server made for single agents
+// (spec.clientID set: never an operator's) once they have been empty for
+// EmptyOwnClusterGrace and their agent has not asked to join for as long:
+// nothing else would ever delete them. The delete is bound to the Cluster's
+// UID, and the API refuses it if a Machine has appeared meanwhile.
+func (h *Housekeeper) sweepOwnClusters(ctx context.Context, now time.Time, regs []*api.ClusterRegistration) {
+	inUse := map[string]bool{}
+	machines, _ := h.machines.List(labels.Everything())
+	for _, m := range machines {
+		inUse[m.Spec.Cluster] = true
+	}
+	asked := map[string]time.Time{}
+	for _, r := range regs {
+		if t := r.CreationTimestamp.Time; t.After(asked[r.Spec.ClientID]) {
+			asked[r.Spec.ClientID] = t
+		}
+	}
+	clusters, _ := h.clusters.List(labels.Everything())
+	seen := map[string]bool{}
+	for _, c := range clusters {
+		if c.Spec.ClientID == "" || c.DeletionTimestamp != nil {
+			continue
+		}
+		seen[c.Name] = true
+		if inUse[c.Name] {
+			delete(h.emptySince, c.Name)
+			continue
+		}
+		since, ok := h.emptySince[c.Name]
+		if !ok {
+			h.emptySince[c.Name] = now
+			continue
+		}
+		recent := func(t time.Time) bool { return now.Sub(t) < EmptyOwnClusterGrace }
+		if recent(since) || recent(c.CreationTimestamp.Time) || recent(asked[c.Spec.ClientID]) {
+			continue
+		}
+		uid := c.UID
+		err := h.client.MusterV1alpha1().Clusters().Delete(ctx, c.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		switch {
+		case err == nil:
+			klog.InfoS("Deleted an empty cluster made for one agent", "cluster", c.Name, "emptyFor", now.Sub(since).Round(time.Second))
+		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+			// Gone already, or a Machine arrived: the next sweep looks again.
+		default:
+			klog.ErrorS(err, "Housekeeping delete failed", "kind", "cluster", "name", c.Name)
+		}
+		delete(h.emptySince, c.Name)
+	}
+	for name := range h.emptySince {
+		if !seen[name] {
+			delete(h.emptySince, name)
 		}
 	}
 }

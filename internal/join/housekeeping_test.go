@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
@@ -111,5 +112,67 @@ func TestSweep(t *testing.T) {
 	}
 	if r, _ := regs.Get(ctx, "stale", metav1.GetOptions{}); r == nil || r.Status.Phase != api.RegistrationPhaseExpired {
 		t.Errorf("a registration pending for over a day is %v, want Expired", r)
+	}
+}
+
+// The Cluster the server made for one agent goes once it has been empty for
+// the grace period and its agent has not asked to join for as long; an
+// operator's Cluster stays, empty or not.
+func TestSweepEmptyOwnClusters(t *testing.T) {
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	meta := func(name string, age time.Duration) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), CreationTimestamp: metav1.NewTime(created.Add(-age))}
+	}
+	own := func(name, clientID string, age time.Duration) *api.Cluster {
+		return &api.Cluster{ObjectMeta: meta(name, age), Spec: api.ClusterSpec{ClientID: clientID}}
+	}
+	const day = 24 * time.Hour
+	objects := []runtime.Object{
+		&api.Cluster{ObjectMeta: meta("prod", day)},
+		own("c-empty", "e", day),
+		own("c-used", "u", day),
+		&api.Machine{ObjectMeta: meta("m-used", day), Spec: api.MachineSpec{Cluster: "c-used", ClientID: "u"}},
+		// Made between two sweeps: its Machine may be on its way.
+		own("c-new", "n", -EmptyOwnClusterGrace/2),
+		// Its agent asked to join again a moment before the last sweep.
+		own("c-rejoin", "r", day),
+		&api.ClusterRegistration{ObjectMeta: meta("r-1", -EmptyOwnClusterGrace), Spec: api.ClusterRegistrationSpec{ClientID: "r", NodeName: "rejoin"}},
+	}
+	client := fake.NewSimpleClientset(objects...)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	h := NewHousekeeper(client, factory)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), h.synced...) {
+		t.Fatal("caches did not sync")
+	}
+	exists := func(name string) bool {
+		_, err := client.MusterV1alpha1().Clusters().Get(ctx, name, metav1.GetOptions{})
+		return err == nil
+	}
+
+	tests := []struct {
+		at   time.Duration
+		want map[string]bool
+	}{
+		// First seen empty: nothing goes before the grace period.
+		{0, map[string]bool{"prod": true, "c-empty": true, "c-used": true, "c-new": true, "c-rejoin": true}},
+		{EmptyOwnClusterGrace / 2, map[string]bool{"prod": true, "c-empty": true, "c-used": true, "c-new": true, "c-rejoin": true}},
+		{EmptyOwnClusterGrace + time.Second, map[string]bool{"prod": true, "c-empty": false, "c-used": true, "c-new": true, "c-rejoin": true}},
+		{2*EmptyOwnClusterGrace + time.Second, map[string]bool{"prod": true, "c-empty": false, "c-used": true, "c-new": false, "c-rejoin": false}},
+		{day, map[string]bool{"prod": true, "c-empty": false, "c-used": true, "c-new": false, "c-rejoin": false}},
+	}
+	for _, tt := range tests {
+		h.now = func() time.Time { return created.Add(tt.at) }
+		h.sweep(ctx)
+		for name, want := range tt.want {
+			if got := exists(name); got != want {
+				t.Errorf("after a sweep at +%s, cluster %s exists=%v, want %v", tt.at, name, got, want)
+			}
+		}
+	}
+	if _, err := client.MusterV1alpha1().Machines().Get(ctx, "m-used", metav1.GetOptions{}); err != nil {
+		t.Error("the machine of a kept cluster is gone")
 	}
 }

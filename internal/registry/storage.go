@@ -28,5 +28,8 @@ func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter) ([]*St
 		all = append(all, s)
 		byResource[s.Resource] = s
 	}
+	// A Cluster is deleted only once it has no Machines (clusterdelete.go).
+	clusters := byResource[Cluster.Resource]
+	clusters.Main = &clusterREST{REST: clusters.Main.(*REST), machines: byResource[Machine.Resource].store}
 	return all, newObjects(byResource), nil
 }

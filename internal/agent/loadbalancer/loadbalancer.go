@@ -7,14 +7,23 @@
 // (SetServers), health-checks each every second, and persists the learned
 // list in the agent's data dir. When the active server fails it picks the
 // best other server and closes the connections to the failed one, so that
-// clients (long-lived watches above all) redial through it. A recovered
-// server does not take the active role back: the load balancer stays with
-// the server it is connected to. The seed is only the last resort once
-// other servers are known.
+// clients (long-lived watches above all) redial through it. The seed is only
+// the last resort once other servers are known.
+//
+// Agents spread over the servers: with a Key (the agent's clientID), the
+// learned servers are ranked by rendezvous hashing of the key and each
+// address, so each agent prefers its own server, and when that one fails
+// its agents move to their own next-ranked servers rather than all to the
+// same one. The load balancer moves to a better-ranked server once it has
+// passed several health checks in a row (a server that flaps does not pull
+// connections back and forth). Without a Key, the list order decides and a
+// recovered server does not take the active role back.
 package loadbalancer
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -47,6 +57,35 @@ type Config struct {
 	CheckInterval, CheckTimeout, DialTimeout time.Duration
 	// Log receives a line for each change of active server; nil discards.
 	Log func(format string, args ...interface{})
+	// Key ranks the learned servers for this load balancer (Rank); empty
+	// keeps the list order. Agents pass their clientID.
+	Key string
+}
+
+// preferAfter is how many health checks in a row a better-ranked server
+// must pass before the active role moves to it.
+const preferAfter = 3
+
+// Rank orders servers by rendezvous (highest random weight) hashing of key
+// and each address: every key gets its own order, the same on every
+// restart, and removing a server moves only the keys that ranked it first.
+func Rank(key string, servers []string) []string {
+	out := slices.Clone(servers)
+	score := func(a string) uint64 {
+		sum := sha256.Sum256([]byte(key + "\x00" + a))
+		return binary.BigEndian.Uint64(sum[:8])
+	}
+	slices.SortFunc(out, func(a, b string) int {
+		sa, sb := score(a), score(b)
+		switch {
+		case sa > sb:
+			return -1
+		case sa < sb:
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	return out
 }
 
 type server struct {
@@ -65,7 +104,8 @@ type LoadBalancer struct {
 
 	mu      sync.Mutex
 	servers map[string]*server
-	learned []string // SetServers order; the seed is kept apart
+	learned []string // SetServers order, sorted; the seed is kept apart
+	ranked  []string // learned, in this load balancer's order of preference
 	active  *server
 }
 
@@ -175,6 +215,10 @@ func (lb *LoadBalancer) setServers(addresses []string, persist bool) {
 		return
 	}
 	lb.learned = list
+	lb.ranked = list
+	if lb.cfg.Key != "" {
+		lb.ranked = Rank(lb.cfg.Key, list)
+	}
 	for _, a := range list {
 		if lb.servers[a] == nil {
 			lb.servers[a] = &server{address: a, state: stateUnchecked, conns: map[*conn]struct{}{}}
@@ -206,7 +250,11 @@ func (lb *LoadBalancer) pickLocked() {
 		return
 	case cur == nil:
 	case cur.state == stateActive && !lb.lastResort(cur):
-		return
+		better := lb.preferredLocked(cur)
+		if better == nil {
+			return
+		}
+		best = better
 	case cur.state == stateActive:
 		// The seed is kept only as the last resort: a healthy learned
 		// server takes over from it.
@@ -234,6 +282,24 @@ func (lb *LoadBalancer) pickLocked() {
 	}
 }
 
+// preferredLocked is the server ranked above cur that has stayed healthy
+// for preferAfter checks, the best-ranked such one; nil without a Key.
+func (lb *LoadBalancer) preferredLocked(cur *server) *server {
+	if lb.cfg.Key == "" {
+		return nil
+	}
+	for _, a := range lb.ranked {
+		s := lb.servers[a]
+		if s == cur {
+			return nil
+		}
+		if s != nil && s.state == stateHealthy && s.passes >= preferAfter {
+			return s
+		}
+	}
+	return nil
+}
+
 // lastResort reports whether s is the seed and not a learned server.
 func (lb *LoadBalancer) lastResort(s *server) bool {
 	return s.address == lb.cfg.Seed && len(lb.learned) > 0 && !slices.Contains(lb.learned, lb.cfg.Seed)
@@ -255,12 +321,13 @@ func (lb *LoadBalancer) bestLocked(skip map[*server]bool) *server {
 	return best
 }
 
-// order is the learned servers, then the seed if it is not among them.
+// order is the learned servers in order of preference, then the seed if it
+// is not among them.
 func (lb *LoadBalancer) order() []string {
-	if slices.Contains(lb.learned, lb.cfg.Seed) {
-		return lb.learned
+	if slices.Contains(lb.ranked, lb.cfg.Seed) {
+		return lb.ranked
 	}
-	return append(slices.Clone(lb.learned), lb.cfg.Seed)
+	return append(slices.Clone(lb.ranked), lb.cfg.Seed)
 }
 
 // forward dials the active server, failing over through the others, and

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -297,5 +298,118 @@ func TestManyConcurrentConnectionsDuringFailover(t *testing.T) {
 func sorted(s ...string) []string {
 	out := slices.Clone(s)
 	slices.Sort(out)
+	return out
+}
+
+func startKeyedLB(t *testing.T, fl fleet, seed, key string) *LoadBalancer {
+	t.Helper()
+	lb, err := New(Config{Seed: seed, Key: key, HealthCheck: fl.check, CheckInterval: 20 * time.Millisecond, CheckTimeout: time.Second, DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go lb.Run(ctx)
+	t.Cleanup(func() { cancel(); <-lb.Done() })
+	return lb
+}
+
+func TestRankIsStableAndSpreads(t *testing.T) {
+	servers := []string{"127.0.0.1:9443", "127.0.0.2:9443", "127.0.0.3:9443"}
+	firsts := map[string]int{}
+	for i := 0; i < 300; i++ {
+		key := fmt.Sprintf("client-%d", i)
+		r := Rank(key, servers)
+		if !slices.Equal(r, Rank(key, reversed(servers))) {
+			t.Fatalf("Rank(%s) depends on the input order", key)
+		}
+		firsts[r[0]]++
+		// Removing a server moves only the keys that ranked it first.
+		without := Rank(key, servers[1:])
+		if r[0] != servers[0] && without[0] != r[0] {
+			t.Errorf("removing %s moved key %s from %s to %s", servers[0], key, r[0], without[0])
+		}
+	}
+	for _, s := range servers {
+		// 100 expected of 300; far outside what chance gives.
+		if firsts[s] < 60 {
+			t.Errorf("server %s ranked first for %d of 300 keys: %v", s, firsts[s], firsts)
+		}
+	}
+}
+
+// Every agent is seeded with the same --server; each moves to the server its
+// key ranks first once that one has proved healthy, and when that server
+// fails, to its own next-ranked one.
+func TestKeyedLoadBalancersSpread(t *testing.T) {
+	fl := threeServers(t)
+	addrs := []string{fl["a"].addr(), fl["b"].addr(), fl["c"].addr()}
+	name := map[string]string{fl["a"].addr(): "a", fl["b"].addr(): "b", fl["c"].addr(): "c"}
+	// A key for each server it should rank first.
+	keys := map[string]string{}
+	for i := 0; len(keys) < 3; i++ {
+		key := fmt.Sprintf("client-%d", i)
+		if first := name[Rank(key, addrs)[0]]; keys[first] == "" {
+			keys[first] = key
+		}
+	}
+	for _, want := range []string{"a", "b", "c"} {
+		t.Run(want, func(t *testing.T) {
+			lb := startKeyedLB(t, fl, fl["a"].addr(), keys[want])
+			c, got := dial(t, lb)
+			if got != "a" {
+				t.Fatalf("with nothing learned, a connection went to %q, want the seed a", got)
+			}
+			lb.SetServers(addrs)
+			eventually(t, "the preferred server "+want, func() bool { return lb.Active() == fl[want].addr() })
+			if want != "a" && !closedSoon(c) {
+				t.Fatal("the connection to the seed was not closed when the preferred server took over")
+			}
+			if _, got := dial(t, lb); got != want {
+				t.Fatalf("a connection went to %q, want %q", got, want)
+			}
+			second := name[Rank(keys[want], addrs)[1]]
+			fl[want].setHealthy(false)
+			eventually(t, "failover to the second-ranked server "+second, func() bool { return lb.Active() == fl[second].addr() })
+			// The preferred server comes back and, once it has passed
+			// several checks in a row, carries this agent again.
+			fl[want].setHealthy(true)
+			eventually(t, "the preferred server again", func() bool { return lb.Active() == fl[want].addr() })
+		})
+	}
+}
+
+func TestKeyedLoadBalancerStaysThroughAFlap(t *testing.T) {
+	fl := threeServers(t)
+	addrs := []string{fl["a"].addr(), fl["b"].addr(), fl["c"].addr()}
+	key := ""
+	for i := 0; ; i++ {
+		if key = fmt.Sprintf("client-%d", i); Rank(key, addrs)[0] == fl["b"].addr() {
+			break
+		}
+	}
+	lb := startKeyedLB(t, fl, fl["a"].addr(), key)
+	lb.SetServers(addrs)
+	eventually(t, "b active", func() bool { return lb.Active() == fl["b"].addr() })
+	fl["b"].setHealthy(false)
+	eventually(t, "failover from b", func() bool { return lb.Active() != fl["b"].addr() })
+	fallback := lb.Active()
+	// b passes checks but fails again before preferAfter passes: the active
+	// role stays where it is.
+	lb.mu.Lock()
+	b := lb.servers[fl["b"].addr()]
+	for i := 0; i < 2; i++ {
+		b.passes++
+		b.state = next(b.state, checkPassed, b.passes)
+	}
+	lb.pickLocked()
+	lb.mu.Unlock()
+	if got := lb.Active(); got != fallback {
+		t.Fatalf("after b passed %d checks (fewer than %d), the active server is %s, want %s", 2, preferAfter, got, fallback)
+	}
+}
+
+func reversed(s []string) []string {
+	out := slices.Clone(s)
+	slices.Reverse(out)
 	return out
 }
