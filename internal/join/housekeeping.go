@@ -77,17 +77,10 @@ func NewHousekeeper(client versioned.Interface, factory informers.SharedInformer
 			v.Clusters().Informer().HasSynced},
 		now: time.Now, emptySince: map[string]time.Time{},
 	}
-	// A deleted Machine's password goes at once, so the node can rejoin.
-	_, _ = v.Machines().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		DeleteFunc: func(obj interface{}) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if m, ok := obj.(*api.Machine); ok {
-				h.deletePassword(context.Background(), m.Name, "its machine was deleted")
-			}
-		},
-	})
+	// A deleted Machine's password is deleted by the Machine's finalizer
+	// (internal/lifecycle), before the Machine goes: the one place for it.
+	// Deleting it again on the Machine's delete event could delete the
+	// password of the node that re-joined under the name meanwhile.
 	return h
 }
 
