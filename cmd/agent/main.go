@@ -70,6 +70,6 @@ func newRootCommand() *cobra.Command {
 	f.StringArrayVar(&cfg.Roles, "role", nil, "role of the machine, e.g. worker (repeatable)")
 	f.StringVar(&cfg.DataDir, "data-dir", dataDir, "directory for the node password, identity and certificate")
 	f.BoolVar(&cfg.InsecureSkipCACheck, "insecure-skip-ca-check", false, "accept a token without a CA hash and do not verify the server (dangerous)")
-	cmd.AddCommand(newSimulateCommand(), newVersionCommand())
+	cmd.AddCommand(newSimulateCommand(), version.Command("muster-agent"))
 	return cmd
 }

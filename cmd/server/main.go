@@ -73,7 +73,7 @@ certificate, a server token and an admin kubeconfig there.`,
 
 	fl.DurationVar(&cfg.AgentSilenceThreshold, "agent-silence-threshold", lifecycle.DefaultSilenceThreshold, "how long an agent may go unheard before its Machine is Unavailable (agents heartbeat every 5s)")
 
-	cmd.AddCommand(newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg), newVersionCommand())
+	cmd.AddCommand(newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg), version.Command("muster-server"))
 	return cmd
 }
 

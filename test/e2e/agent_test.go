@@ -34,15 +34,7 @@ func startAgent(t testing.TB, s *server, dataDir string, args ...string) *agentP
 // runAgentBinary runs the muster-agent binary with args, killed at the end of the test.
 func runAgentBinary(t testing.TB, args ...string) *agentProc {
 	t.Helper()
-	a := &agentProc{t: t, log: &syncBuffer{}, exited: make(chan struct{})}
-	a.cmd = exec.Command(agentBin, args...)
-	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
-	if err := a.cmd.Start(); err != nil {
-		t.Fatalf("starting muster-agent: %v", err)
-	}
-	go func() { _ = a.cmd.Wait(); close(a.exited) }()
-	t.Cleanup(a.kill)
-	return a
+	return runAgentBinaryEnv(t, nil, args...)
 }
 
 func (a *agentProc) kill() {

@@ -2,22 +2,10 @@ package main
 
 import (
 	"fmt"
-	"runtime"
 
 	"github.com/spf13/cobra"
 
-	"github.com/muster-io/muster/internal/version"
 )
-
-func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
-		Use: "version", Short: "Print the version of muster-server", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "muster-server %s (%s, %s/%s)\n", version.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-			return err
-		},
-	}
-}
 
 // groupCommand is a command that only holds subcommands: with an unknown
 // one it fails (cobra would print the help and exit 0, so a typo in a
