@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-
 )
 
 // groupCommand is a command that only holds subcommands: with an unknown
