@@ -142,15 +142,16 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 
 // deny records a refusal on a registration that waits.
 func (c *Controller) deny(ctx context.Context, name string, refusal *Refusal) error {
-	_, err := c.objects.UpdateRegistrationStatus(ctx, name, func(r *api.ClusterRegistration) bool {
+	denied, err := c.objects.UpdateRegistrationStatus(ctx, name, func(r *api.ClusterRegistration) bool {
 		if r.Status.Phase != api.RegistrationPhasePending && r.Status.Phase != api.RegistrationPhaseApproved {
 			return false
 		}
 		r.Status.Phase, r.Status.Reason, r.Status.Message = api.RegistrationPhaseDenied, refusal.Reason, refusal.Message
 		return true
 	})
-	if err == nil {
+	if err == nil && denied.Status.Phase == api.RegistrationPhaseDenied && denied.Status.Reason == refusal.Reason {
 		klog.InfoS("Registration denied", "registration", name, "reason", refusal.Reason)
+		c.granter.recordRefusal(denied, refusal)
 	}
 	return err
 }
@@ -187,6 +188,7 @@ func (c *Controller) grant(ctx context.Context, name string) error {
 	})
 	if err == nil {
 		klog.InfoS("Registration granted", "registration", name, "machine", got.machine, "cluster", got.cluster)
+		c.granter.recordGrant(reg, got)
 	}
 	return err
 }

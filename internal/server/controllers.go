@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
+	"github.com/muster-io/muster/internal/events"
 	"github.com/muster-io/muster/internal/identity"
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/leader"
@@ -53,6 +54,7 @@ type controllers struct {
 	tokens   *apiserver.TokenAuthenticator
 	rules    *apiserver.AgentAuthorizer
 	liveness *lifecycle.Tracker
+	events   *events.Recorder
 	client   versioned.Interface
 	factory  informers.SharedInformerFactory
 	stop     <-chan struct{}
@@ -74,6 +76,9 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 		return err
 	}
 	c.client = client
+	if err := c.events.Start(ctx, loopback); err != nil {
+		return fmt.Errorf("recording events: %w", err)
+	}
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(slimForCache))
 	c.objects.ServeInformers(factory)
 	c.factory = factory
@@ -139,7 +144,7 @@ func (c *controllers) lead(term context.Context) {
 	factory := c.factory
 	granter := c.join.NewController(factory)
 	housekeeper := c.join.NewHousekeeper(c.client, factory)
-	machines := lifecycle.NewController(c.client, c.objects, factory, c.liveness, c.cfg.AgentSilenceThreshold)
+	machines := lifecycle.NewController(c.client, c.objects, factory, c.liveness, c.cfg.AgentSilenceThreshold, c.events)
 	endpoints := factory.Muster().V1alpha1().ServerEndpoints()
 	endpoints.Informer()
 	// Start what the controllers added; it runs until the server stops.

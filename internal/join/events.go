@@ -1,0 +1,44 @@
+package join
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
+
+// The Events of the join: a grant is recorded on the Machine it made or
+// renewed (so `kubectl describe machine` starts with how it joined), a
+// refusal on the registration, which may never have been stored. The
+// recorder's spam filter bounds what a storm of either writes.
+
+// SetEvents gives the join its recorder, once Storage has run; until then
+// nothing is recorded.
+func (j *Join) SetEvents(r record.EventRecorder) { j.grants.events = r }
+
+func (g *Granter) recordGrant(reg *api.ClusterRegistration, got *grant) {
+	if g.events == nil || got == nil {
+		return
+	}
+	ref := &corev1.ObjectReference{APIVersion: api.SchemeGroupVersion.String(), Kind: "Machine", Name: got.machine, UID: got.uid}
+	reason, by := "Registered", "an administrator's request"
+	switch {
+	case reg.Spec.MachineUID != "":
+		reason, by = "CertificateRenewed", "the machine's own request"
+	case reg.Spec.TokenID != "":
+		by = "join token " + reg.Spec.TokenID
+	}
+	g.events.Eventf(ref, corev1.EventTypeNormal, reason, "registration %s of node %s granted, through %s, in cluster %s", reg.Name, reg.Spec.NodeName, by, got.cluster)
+}
+
+func (g *Granter) recordRefusal(reg *api.ClusterRegistration, refusal *Refusal) {
+	if g.events == nil || refusal == nil {
+		return
+	}
+	ref := &corev1.ObjectReference{APIVersion: api.SchemeGroupVersion.String(), Kind: "ClusterRegistration", Name: reg.Name, UID: reg.UID}
+	by := ""
+	if reg.Spec.TokenID != "" {
+		by = " (join token " + reg.Spec.TokenID + ")"
+	}
+	g.events.Eventf(ref, corev1.EventTypeWarning, refusal.Reason, "registration of node %s%s refused: %s", reg.Spec.NodeName, by, refusal.Message)
+}
