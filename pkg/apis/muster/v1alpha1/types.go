@@ -438,10 +438,11 @@ type MachineStatus struct {
 	//
 	// Pending: created by an operator, waiting for an agent or a driver.
 	//
-	// Provisioning: a driver is creating the host (Pending -> Provisioning).
+	// Provisioning: a driver is creating the host (Pending -> Provisioning,
+	// provision).
 	//
 	// Registering: a registration was granted; the agent has not checked in
-	// yet (Pending or Provisioning -> Registering).
+	// yet (Pending or Provisioning -> Registering, register).
 	//
 	// Bootstrapping: the agent checked in and runs its first plan
 	// (Registering -> Bootstrapping, agent-checked-in).
