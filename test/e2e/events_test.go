@@ -50,9 +50,13 @@ func waitForEvent(t *testing.T, s *server, what string, match func(row string) b
 // grants and refusals are Events that kubectl get events and kubectl
 // describe show; the Machine carries the failure as a condition; events
 // expire after --event-ttl; machines and join tokens may neither read nor
-// write them.
+// write them. On SQLite and PostgreSQL: retention is the datastore's.
 func TestEvents(t *testing.T) {
-	s := startServer(t, "", "--event-ttl", "30s")
+	forEachBackend(t, testEvents)
+}
+
+func testEvents(t *testing.T, endpoint string) {
+	s := startServer(t, endpoint, "--event-ttl", "30s")
 	token := newToken(t, s, "--max-uses", "2")
 	dir := t.TempDir()
 	a := startAgent(t, s, dir, "--token", token, "--node-name", "ev-1")
