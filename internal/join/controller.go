@@ -149,7 +149,7 @@ func (c *Controller) deny(ctx context.Context, name string, refusal *Refusal) er
 		r.Status.Phase, r.Status.Reason, r.Status.Message = api.RegistrationPhaseDenied, refusal.Reason, refusal.Message
 		return true
 	})
-	if err == nil && denied.Status.Phase == api.RegistrationPhaseDenied && denied.Status.Reason == refusal.Reason {
+	if err == nil {
 		klog.InfoS("Registration denied", "registration", name, "reason", refusal.Reason)
 		c.granter.recordRefusal(denied, refusal)
 	}

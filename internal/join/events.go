@@ -31,8 +31,10 @@ func (g *Granter) recordGrant(reg *api.ClusterRegistration, got *grant) {
 	g.events.Eventf(ref, corev1.EventTypeNormal, reason, "registration %s of node %s granted, through %s, in cluster %s", reg.Name, reg.Spec.NodeName, by, got.cluster)
 }
 
+// recordRefusal records refusal of reg: one refused in its request, or one
+// the controller denied (not one another server decided meanwhile).
 func (g *Granter) recordRefusal(reg *api.ClusterRegistration, refusal *Refusal) {
-	if g.events == nil || refusal == nil {
+	if g.events == nil || refusal == nil || (reg.Status.Phase != "" && reg.Status.Reason != refusal.Reason) {
 		return
 	}
 	ref := &corev1.ObjectReference{APIVersion: api.SchemeGroupVersion.String(), Kind: "ClusterRegistration", Name: reg.Name, UID: reg.UID}
