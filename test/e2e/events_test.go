@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/muster-io/muster/internal/fsm"
+	"github.com/muster-io/muster/internal/pgtest"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
@@ -271,5 +272,30 @@ func TestMachineTable(t *testing.T) {
 	}
 	if len(missing) > 0 {
 		t.Errorf("kubectl explain machine.status.phase does not describe %v:\n%s", missing, explain)
+	}
+}
+
+// TestHAMachineTable (issue 20, item 8): every server shows as LAST-SEEN
+// when any server last heard the agent, not only the one it talks to.
+func TestHAMachineTable(t *testing.T) {
+	servers := startHA(t, pgtest.DSN(t), 2)
+	admin := servers[0]
+	a := startAgent(t, admin, t.TempDir(), "--token", newToken(t, admin), "--node-name", "hatab-1")
+	a.waitOutput("running as machine hatab-1", 60*time.Second)
+	waitPhase(t, admin, "hatab-1", "Running", 60*time.Second)
+	waitFor(t, time.Minute, "the persisted lastSeen to be 15s old", func() bool {
+		out, _ := admin.kubectl("get", "machine", "hatab-1", "-o", "jsonpath={.status.lastSeen}")
+		ts, err := time.Parse(time.RFC3339, strings.TrimSpace(out))
+		return err == nil && time.Since(ts) > 15*time.Second
+	})
+	for _, s := range servers {
+		out := admin.mustKubectl("--server", s.url(), "get", "machines", "hatab-1", "--no-headers")
+		row := strings.Fields(out)
+		if len(row) != 8 {
+			t.Fatalf("kubectl get machines via %s: %q", s.host, out)
+		}
+		if d, err := time.ParseDuration(row[5]); err != nil || d > 10*time.Second {
+			t.Errorf("LAST-SEEN via %s is %q: want the agent's last heartbeat, heard by either server", s.host, row[5])
+		}
 	}
 }
