@@ -136,6 +136,8 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return c.grant(ctx, reg.Name)
 	case api.RegistrationPhaseGranted:
 		c.cleanupSuperseded(ctx, reg)
+	case api.RegistrationPhaseDenied:
+		c.granter.recordOperatorDenial(reg)
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package join
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 
@@ -43,4 +45,26 @@ func (g *Granter) recordRefusal(reg *api.ClusterRegistration, refusal *Refusal) 
 		by = " (join token " + reg.Spec.TokenID + ")"
 	}
 	g.events.Eventf(ref, corev1.EventTypeWarning, refusal.Reason, "registration of node %s%s refused: %s", reg.Spec.NodeName, by, refusal.Message)
+}
+
+// recentDecision bounds which operator denials the controller records: one
+// it sees as it is made, not every past one a restarted server or a new
+// leader finds in its cache.
+const recentDecision = time.Minute
+
+// recordOperatorDenial records a registration an operator denied
+// ('muster-server registration deny'): the denial is written through the
+// API, and the controller is the first of the server to see it.
+func (g *Granter) recordOperatorDenial(reg *api.ClusterRegistration) {
+	n := len(reg.Status.Transitions)
+	if g.events == nil || reg.Status.Phase != api.RegistrationPhaseDenied || reg.Status.Reason != "DeniedByOperator" || n == 0 ||
+		time.Since(reg.Status.Transitions[n-1].Time.Time) > recentDecision {
+		return
+	}
+	ref := &corev1.ObjectReference{APIVersion: api.SchemeGroupVersion.String(), Kind: "ClusterRegistration", Name: reg.Name, UID: reg.UID}
+	why := ""
+	if reg.Status.Message != "" {
+		why = ": " + reg.Status.Message
+	}
+	g.events.Eventf(ref, corev1.EventTypeWarning, reg.Status.Reason, "registration of node %s denied by an operator%s", reg.Spec.NodeName, why)
 }

@@ -2,7 +2,9 @@ package join
 
 import (
 	"testing"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
@@ -31,6 +33,22 @@ func TestJoinEvents(t *testing.T) {
 			"Warning TokenUsedUp registration of node n1 (join token abc) refused: join token abc has been used: create a new one"},
 		{"a registration decided otherwise meanwhile", func(g *Granter) {
 			g.recordRefusal(reg("abc", "", api.RegistrationPhaseGranted, "Granted"), used)
+		}, ""},
+		{"an operator's denial, as it is made", func(g *Granter) {
+			r := reg("abc", "", api.RegistrationPhaseDenied, "DeniedByOperator")
+			r.Status.Message = "unknown hardware"
+			r.Status.Transitions = []api.Transition{{To: "Denied", Time: metav1.Now()}}
+			g.recordOperatorDenial(r)
+		}, "Warning DeniedByOperator registration of node n1 denied by an operator: unknown hardware"},
+		{"an operator's denial found after a restart", func(g *Granter) {
+			r := reg("abc", "", api.RegistrationPhaseDenied, "DeniedByOperator")
+			r.Status.Transitions = []api.Transition{{To: "Denied", Time: metav1.NewTime(time.Now().Add(-time.Hour))}}
+			g.recordOperatorDenial(r)
+		}, ""},
+		{"a denial by the controller is not an operator's", func(g *Granter) {
+			r := reg("abc", "", api.RegistrationPhaseDenied, "TokenUsedUp")
+			r.Status.Transitions = []api.Transition{{To: "Denied", Time: metav1.Now()}}
+			g.recordOperatorDenial(r)
 		}, ""},
 	}
 	for _, tt := range tests {

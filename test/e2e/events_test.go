@@ -99,6 +99,16 @@ func testEvents(t *testing.T, endpoint string) {
 	}
 	c.kill()
 
+	// An operator's denial.
+	d := startAgent(t, s, t.TempDir(), "--token", newToken(t, s, "--manual-approval"), "--node-name", "ev-4")
+	d.waitOutput("waiting for the registration to be granted", 30*time.Second)
+	pending := strings.TrimSpace(s.mustKubectl("get", "clusterregistrations", "--field-selector", "spec.nodeName=ev-4", "-o", "jsonpath={.items[0].metadata.name}"))
+	s.muster(t, "registration", "deny", pending, "--message", "unknown hardware")
+	waitForEvent(t, s, "ev-4's denial", func(r string) bool {
+		return r == "Warning DeniedByOperator ClusterRegistration/"+pending+" registration of node ev-4 denied by an operator: unknown hardware"
+	})
+	d.kill()
+
 	// Item 4: a failed plan's reason on the Machine, as a condition and an event.
 	applyPlan(t, s, "ev-1", `  maxFailures: 1
   instructions:
