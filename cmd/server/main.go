@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
+	"github.com/muster-io/muster/internal/events"
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/kubeconfig"
 	"github.com/muster-io/muster/internal/lifecycle"
@@ -71,6 +72,7 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.IntVar(&cfg.MaxRequestsInFlight, "max-requests-inflight", apiserver.DefaultMaxRequestsInFlight, "requests served at once (watches excluded); more get 429 and retry")
 	fl.IntVar(&cfg.MaxMutatingRequestsInFlight, "max-mutating-requests-inflight", apiserver.DefaultMaxMutatingRequestsInFlight, "writes served at once; more get 429 and retry")
 
+	fl.DurationVar(&cfg.EventTTL, "event-ttl", events.DefaultTTL, "how long an Event (kubectl get events) is kept after it last occurred")
 	fl.DurationVar(&cfg.AgentSilenceThreshold, "agent-silence-threshold", lifecycle.DefaultSilenceThreshold, "how long an agent may go unheard before its Machine is Unavailable (agents heartbeat every 5s)")
 
 	cmd.AddCommand(newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg), version.Command("muster-server"))

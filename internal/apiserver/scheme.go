@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 
+	"github.com/muster-io/muster/internal/events"
 	"github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
@@ -28,6 +29,16 @@ func init() {
 		}
 	}
 	if err := v1alpha1.AddToScheme(externalScheme); err != nil {
+		panic(err)
+	}
+	// core/v1 Events only, so that kubectl get events and kubectl describe
+	// find what the controllers record (internal/events).
+	for _, add := range []func(*runtime.Scheme) error{events.AddToScheme, events.AddToSchemeAsInternal} {
+		if err := add(Scheme); err != nil {
+			panic(err)
+		}
+	}
+	if err := events.AddToScheme(externalScheme); err != nil {
 		panic(err)
 	}
 	// Options and status types every API server serves alongside its group.

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -19,6 +20,7 @@ import (
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/features"
+	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
@@ -28,6 +30,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	clientrest "k8s.io/client-go/rest"
 
+	"github.com/muster-io/muster/internal/events"
 	"github.com/muster-io/muster/internal/generated/openapi"
 	"github.com/muster-io/muster/internal/registry"
 	"github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
@@ -78,6 +81,12 @@ type Config struct {
 	// registry's store of that kind (the join, internal/join); nil serves
 	// the plain store.
 	Registrations func(main *registry.REST, objects *registry.Objects) rest.Storage
+	// EventTTL is how long an Event is kept after its last write; zero
+	// means events.DefaultTTL.
+	EventTTL time.Duration
+	// LastHeard, if set, is when a machine's agent was last heard by any
+	// server (in memory); `kubectl get machines` shows it as LAST-SEEN.
+	LastHeard func(machine string) time.Time
 }
 
 // Server is a prepared API server.
@@ -202,7 +211,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("building the API server: %w", err)
 	}
 
-	storages, objects, err := registry.All(Scheme, rc.RESTOptionsGetter)
+	storages, objects, err := registry.All(Scheme, rc.RESTOptionsGetter, cfg.LastHeard)
 	if err != nil {
 		return nil, err
 	}
@@ -220,6 +229,9 @@ func New(cfg Config) (*Server, error) {
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing the muster.io API: %w", err)
 	}
+	if err := installEvents(generic, rc.RESTOptionsGetter, cfg.EventTTL); err != nil {
+		return nil, err
+	}
 
 	caBundle := cfg.CABundle
 	generic.Handler.NonGoRestfulMux.HandleFunc("/cacerts", func(w http.ResponseWriter, _ *http.Request) {
@@ -230,6 +242,22 @@ func New(cfg Config) (*Server, error) {
 		generic.Handler.NonGoRestfulMux.Handle(path, h)
 	}
 	return &Server{generic: generic, objects: objects}, nil
+}
+
+// installEvents serves the legacy core group with only core/v1 Events,
+// where kubectl looks for them, on the same datastore.
+func installEvents(s *genericapiserver.GenericAPIServer, optsGetter generic.RESTOptionsGetter, ttl time.Duration) error {
+	codec := registry.LimitObjectSize(Codecs.LegacyCodec(corev1.SchemeGroupVersion))
+	store, err := events.NewStorage(Scheme, optsGetter, codec, ttl)
+	if err != nil {
+		return err
+	}
+	core := genericapiserver.NewDefaultAPIGroupInfo(corev1.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
+	core.VersionedResourcesStorageMap[corev1.SchemeGroupVersion.Version] = map[string]rest.Storage{"events": store}
+	if err := s.InstallLegacyAPIGroup(genericapiserver.DefaultLegacyAPIPrefix, &core); err != nil {
+		return fmt.Errorf("installing the events API: %w", err)
+	}
+	return nil
 }
 
 // Run serves until ctx is done, then shuts down gracefully and returns.

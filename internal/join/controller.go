@@ -136,13 +136,15 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return c.grant(ctx, reg.Name)
 	case api.RegistrationPhaseGranted:
 		c.cleanupSuperseded(ctx, reg)
+	case api.RegistrationPhaseDenied:
+		c.granter.recordOperatorDenial(reg)
 	}
 	return nil
 }
 
 // deny records a refusal on a registration that waits.
 func (c *Controller) deny(ctx context.Context, name string, refusal *Refusal) error {
-	_, err := c.objects.UpdateRegistrationStatus(ctx, name, func(r *api.ClusterRegistration) bool {
+	denied, err := c.objects.UpdateRegistrationStatus(ctx, name, func(r *api.ClusterRegistration) bool {
 		if r.Status.Phase != api.RegistrationPhasePending && r.Status.Phase != api.RegistrationPhaseApproved {
 			return false
 		}
@@ -151,6 +153,7 @@ func (c *Controller) deny(ctx context.Context, name string, refusal *Refusal) er
 	})
 	if err == nil {
 		klog.InfoS("Registration denied", "registration", name, "reason", refusal.Reason)
+		c.granter.recordRefusal(denied, refusal)
 	}
 	return err
 }
@@ -187,6 +190,7 @@ func (c *Controller) grant(ctx context.Context, name string) error {
 	})
 	if err == nil {
 		klog.InfoS("Registration granted", "registration", name, "machine", got.machine, "cluster", got.cluster)
+		c.granter.recordGrant(reg, got)
 	}
 	return err
 }

@@ -13,8 +13,10 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/caller"
@@ -82,6 +84,9 @@ type Granter struct {
 	usesMu sync.Mutex
 	uses   map[string]int
 
+	// events records grants and refusals (events.go); nil records nothing.
+	events record.EventRecorder
+
 	// byClient indexes the Machines in this server's informer cache by
 	// clientID, once the cache has synced (SetMachineInformer).
 	byClient atomic.Pointer[cache.Indexer]
@@ -142,6 +147,7 @@ func NewGranter(objects *registry.Objects, ca *pki.CA, validity time.Duration) *
 // grant is what a Grant decided and made.
 type grant struct {
 	cluster, machine string
+	uid              types.UID
 	certificate      []byte
 }
 
@@ -225,7 +231,7 @@ func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration, csr *
 	if tok != nil && tok.Spec.MaxUses == 0 {
 		g.countUse(tok.Name)
 	}
-	return &grant{cluster: m.Spec.Cluster, machine: m.Name, certificate: cert}, nil
+	return &grant{cluster: m.Spec.Cluster, machine: m.Name, uid: m.UID, certificate: cert}, nil
 }
 
 // checkToken re-reads the registration's join token: it must still exist,

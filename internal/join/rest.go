@@ -68,11 +68,15 @@ func (r *registrationREST) Create(ctx context.Context, obj runtime.Object, creat
 	if err := r.recordPassword(ctx, reg, password, !auto); err != nil {
 		return nil, err
 	}
+	var granted *grant
 	if auto {
 		got, err := r.join.grants.Grant(ctx, reg, csr, password, dryRun)
 		var refusal *Refusal
 		if errors.As(err, &refusal) {
 			klog.InfoS("Registration refused", "registration", reg.Name, "node", reg.Spec.NodeName, "token", reg.Spec.TokenID, "reason", refusal.Reason)
+			if !dryRun {
+				r.join.grants.recordRefusal(reg, refusal)
+			}
 			return nil, refusal.apiError(reg.Name)
 		}
 		if err != nil {
@@ -85,10 +89,15 @@ func (r *registrationREST) Create(ctx context.Context, obj runtime.Object, creat
 		reg.Status.Reason, reg.Status.Cluster, reg.Status.Machine, reg.Status.Certificate = "Granted", got.cluster, got.machine, got.certificate
 		if dryRun {
 			reg.Status.Message = "dry run: the registration would be granted; nothing was created or signed"
+		} else {
+			granted = got
 		}
 		ctx = registry.AsServer(ctx)
 	}
 	out, err := r.REST.Create(ctx, reg, createValidation, options)
+	if err == nil && granted != nil {
+		r.join.grants.recordGrant(reg, granted)
+	}
 	if err == nil && !dryRun && !auto {
 		klog.InfoS("Registration waits for approval", "registration", reg.Name, "node", reg.Spec.NodeName, "token", reg.Spec.TokenID)
 	}

@@ -2,14 +2,19 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -56,14 +61,20 @@ type Controller struct {
 	clusterQ workqueue.TypedRateLimitingInterface[string]
 	synced   []cache.InformerSynced
 	now      func() time.Time
+	// events records transitions and plan failures on the Machine.
+	events record.EventRecorder
 }
 
 // NewController wires the controller to its informers.
-func NewController(client versioned.Interface, store Store, factory informers.SharedInformerFactory, tracker *Tracker, silence time.Duration) *Controller {
+// events may be nil (nothing is recorded).
+func NewController(client versioned.Interface, store Store, factory informers.SharedInformerFactory, tracker *Tracker, silence time.Duration, events record.EventRecorder) *Controller {
 	v := factory.Muster().V1alpha1()
+	if events == nil {
+		events = &record.FakeRecorder{}
+	}
 	c := &Controller{
 		client: client, store: store, machines: v.Machines().Lister(), plans: v.MachinePlans().Lister(), clusters: v.Clusters().Lister(),
-		tracker: tracker, silence: silence, now: time.Now,
+		tracker: tracker, silence: silence, now: time.Now, events: events,
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		clusterQ: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		synced:   []cache.InformerSynced{v.Machines().Informer().HasSynced, v.MachinePlans().Informer().HasSynced, v.Clusters().Informer().HasSynced},
@@ -184,17 +195,47 @@ func (c *Controller) syncMachine(ctx context.Context, name string) error {
 	}
 	var from api.MachinePhase
 	var event string
+	var failedBefore bool
 	stored, err := c.store.UpdateMachineStatus(ctx, name, func(fresh *api.Machine) bool {
 		from = fresh.Status.Phase
+		failedBefore = meta.IsStatusConditionTrue(fresh.Status.Conditions, ConditionPlanFailed)
 		var changed bool
 		event, changed = advance(fresh, facts)
 		return changed
 	})
-	if err == nil && event != "" && stored.Status.Phase != from {
+	if err != nil {
+		return err
+	}
+	transition := event != "" && stored.Status.Phase != from
+	if transition {
 		klog.InfoS("Machine transition", "machine", name, "from", from, "to", stored.Status.Phase, "event", event, "reason", stored.Status.Reason)
 	}
-	return err
+	c.record(stored, from, transition, failedBefore)
+	return nil
 }
+
+// record makes the Event of a sync that wrote: the transition it took,
+// with the plan's failure when that is news, or the failure alone.
+func (c *Controller) record(m *api.Machine, from api.MachinePhase, transition, failedBefore bool) {
+	failed := meta.FindStatusCondition(m.Status.Conditions, ConditionPlanFailed)
+	newFailure := failed != nil && failed.Status == metav1.ConditionTrue && !failedBefore
+	switch {
+	case transition:
+		kind, msg := corev1.EventTypeNormal, fmt.Sprintf("%s -> %s", from, m.Status.Phase)
+		if warning[m.Status.Phase] {
+			kind = corev1.EventTypeWarning
+		}
+		if newFailure || (m.Status.Phase == api.MachinePhaseFailed && failed != nil) {
+			kind, msg = corev1.EventTypeWarning, msg+": "+failed.Message
+		}
+		c.events.Event(m, kind, m.Status.Reason, msg)
+	case newFailure:
+		c.events.Event(m, corev1.EventTypeWarning, failed.Reason, failed.Message)
+	}
+}
+
+// warning are the phases whose arrival an operator should look at.
+var warning = map[api.MachinePhase]bool{api.MachinePhaseUnavailable: true, api.MachinePhaseFailed: true}
 
 // facts are what the controller knows of a machine besides its object.
 type facts struct {
@@ -234,8 +275,64 @@ func advance(m *api.Machine, f facts) (string, bool) {
 		(event != "" || plan.Status.State == api.PlanStateFailed || !m.Status.LastSeen.Equal(before.LastSeen)) {
 		m.Status.PlanState = plan.Status.State
 	}
-	changed := event != "" || m.Status.PlanState != before.PlanState || !m.Status.LastSeen.Equal(before.LastSeen)
+	conditionChanged := setPlanFailed(m, f.plan)
+	changed := event != "" || conditionChanged || m.Status.PlanState != before.PlanState || !m.Status.LastSeen.Equal(before.LastSeen)
 	return event, changed
+}
+
+// ConditionPlanFailed is True while the machine's plan has failed, with
+// the failing instruction's output as its message: what the agent printed
+// reaches `kubectl describe machine` without a trip to the agent's host.
+// It is written when a plan fails and when one succeeds after a failure,
+// not on every step of a plan (each would cost a write per machine).
+const ConditionPlanFailed = "PlanFailed"
+
+// maxFailureMessage keeps the condition and event short; the full output
+// stays in the MachinePlan's status.
+const maxFailureMessage = 512
+
+// setPlanFailed brings m's PlanFailed condition in line with plan and
+// reports whether it changed.
+func setPlanFailed(m *api.Machine, plan *api.MachinePlan) bool {
+	if plan == nil {
+		return false
+	}
+	current := meta.FindStatusCondition(m.Status.Conditions, ConditionPlanFailed)
+	switch {
+	case plan.Status.State == api.PlanStateFailed:
+		return meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{
+			Type: ConditionPlanFailed, Status: metav1.ConditionTrue, Reason: "PlanFailed",
+			Message: failureMessage(plan), ObservedGeneration: m.Generation,
+		})
+	case plan.Status.State == api.PlanStateSucceeded && current != nil && current.Status != metav1.ConditionFalse:
+		return meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{
+			Type: ConditionPlanFailed, Status: metav1.ConditionFalse, Reason: "PlanSucceeded",
+			Message: "the plan was applied", ObservedGeneration: m.Generation,
+		})
+	}
+	return false
+}
+
+// failureMessage says which instruction failed and how, from the last
+// failing entry of the plan's output.
+func failureMessage(plan *api.MachinePlan) string {
+	msg := fmt.Sprintf("the plan failed %d time(s) (the machine fails at %d)", plan.Status.FailureCount, plan.Spec.MaxFailures)
+	for i := len(plan.Status.Output) - 1; i >= 0; i-- {
+		out := plan.Status.Output[i]
+		if out.ExitCode == 0 {
+			continue
+		}
+		text := strings.TrimSpace(out.Output)
+		if j := strings.LastIndexByte(text, '\n'); j >= 0 {
+			text = text[j+1:] // the last line says why
+		}
+		msg = fmt.Sprintf("%s (exit code %d): %s; %s", out.Name, out.ExitCode, text, msg)
+		break
+	}
+	if len(msg) > maxFailureMessage {
+		msg = msg[:maxFailureMessage-3] + "..."
+	}
+	return msg + "; see 'kubectl get machineplan " + plan.Name + " -o yaml' for the output"
 }
 
 // decide returns the event a machine should take now, if any, and why.
@@ -325,7 +422,9 @@ func (c *Controller) finalize(ctx context.Context, m *api.Machine) error {
 		}
 		next := m.DeepCopy()
 		next.Status.Phase, next.Status.Reason = api.MachinePhase(to), reason
-		_, err = machines.UpdateStatus(ctx, next, metav1.UpdateOptions{})
+		if _, err = machines.UpdateStatus(ctx, next, metav1.UpdateOptions{}); err == nil {
+			c.events.Eventf(m, corev1.EventTypeNormal, reason, "%s -> %s", m.Status.Phase, to)
+		}
 		return err
 	}
 	switch m.Status.Phase {

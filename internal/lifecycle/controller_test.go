@@ -1,10 +1,13 @@
 package lifecycle
 
 import (
+	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/muster-io/muster/internal/fsm"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
@@ -116,6 +119,106 @@ func TestAdvanceAfterStart(t *testing.T) {
 			}
 			if event == "" && changed {
 				t.Errorf("status changed without a transition: %+v", m.Status)
+			}
+		})
+	}
+}
+
+// A failed plan's reason reaches the Machine as its PlanFailed condition,
+// written when the plan fails and cleared once one succeeds, and never on
+// the steps in between (each would cost a write per machine).
+func TestPlanFailedCondition(t *testing.T) {
+	failedPlan := &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: "m"}, Spec: api.MachinePlanSpec{MaxFailures: 3},
+		Status: api.MachinePlanStatus{Checksum: "new", State: api.PlanStateFailed, FailureCount: 1, Output: []api.InstructionOutput{
+			{Name: "prepare", ExitCode: 0, Output: "ok"},
+			{Name: "files", ExitCode: -1, Output: "muster-agent: writing plan files\nwriting /etc/muster/nr.conf: permission denied"},
+		}}}
+	withState := func(s api.PlanState) *api.MachinePlan {
+		p := failedPlan.DeepCopy()
+		p.Status.State, p.Status.Output = s, nil
+		return p
+	}
+	failing := metav1.Condition{Type: ConditionPlanFailed, Status: metav1.ConditionTrue, Reason: "PlanFailed", Message: "old"}
+	tests := []struct {
+		name        string
+		conditions  []metav1.Condition
+		plan        *api.MachinePlan
+		wantChanged bool
+		wantStatus  metav1.ConditionStatus // "" when there should be no condition
+		wantIn      string
+	}{
+		{"no plan, no condition", nil, nil, false, "", ""},
+		{"a failed plan sets it with the failing instruction's last line", nil, failedPlan, true, metav1.ConditionTrue,
+			"files (exit code -1): writing /etc/muster/nr.conf: permission denied"},
+		{"the same failure again changes nothing", nil, failedPlan, true, metav1.ConditionTrue, "kubectl get machineplan m"},
+		{"a plan in progress after a failure leaves it", []metav1.Condition{failing}, withState(api.PlanStateInProgress), false, metav1.ConditionTrue, "old"},
+		{"a succeeded plan clears it", []metav1.Condition{failing}, withState(api.PlanStateSucceeded), true, metav1.ConditionFalse, "applied"},
+		{"a succeeded plan without a past failure writes nothing", nil, withState(api.PlanStateSucceeded), false, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := &api.Machine{Status: api.MachineStatus{Conditions: tt.conditions}}
+			if got := setPlanFailed(m, tt.plan); got != tt.wantChanged {
+				t.Errorf("changed = %v, want %v", got, tt.wantChanged)
+			}
+			if tt.name == "the same failure again changes nothing" {
+				if setPlanFailed(m, tt.plan) {
+					t.Error("setting the same failure twice changed the machine again")
+				}
+			}
+			c := meta.FindStatusCondition(m.Status.Conditions, ConditionPlanFailed)
+			switch {
+			case tt.wantStatus == "" && c != nil:
+				t.Errorf("unexpected condition %+v", c)
+			case tt.wantStatus != "" && (c == nil || c.Status != tt.wantStatus || !strings.Contains(c.Message, tt.wantIn)):
+				t.Errorf("condition %+v, want status %s with %q", c, tt.wantStatus, tt.wantIn)
+			}
+		})
+	}
+}
+
+// Each sync that writes records at most one Event: the transition (a
+// Warning for Unavailable and Failed, with the plan's failure when it
+// failed), or the plan's failure alone.
+func TestRecordedEvents(t *testing.T) {
+	failed := []metav1.Condition{{Type: ConditionPlanFailed, Status: metav1.ConditionTrue, Reason: "PlanFailed", Message: "broken (exit code 3): disk full"}}
+	tests := []struct {
+		name         string
+		phase        api.MachinePhase
+		reason       string
+		conditions   []metav1.Condition
+		from         api.MachinePhase
+		transition   bool
+		failedBefore bool
+		want         string
+	}{
+		{"a transition", api.MachinePhaseRunning, "PlanApplied", nil, api.MachinePhaseBootstrapping, true, false,
+			"Normal PlanApplied Bootstrapping -> Running"},
+		{"a silent agent is a warning", api.MachinePhaseUnavailable, "AgentSilent", nil, api.MachinePhaseRunning, true, false,
+			"Warning AgentSilent Running -> Unavailable"},
+		{"a failure without a transition", api.MachinePhaseUpdating, "PlanChanged", failed, api.MachinePhaseUpdating, false, false,
+			"Warning PlanFailed broken (exit code 3): disk full"},
+		{"a failure already recorded is not recorded again", api.MachinePhaseUpdating, "PlanChanged", failed, api.MachinePhaseUpdating, false, true, ""},
+		{"the machine failing says why", api.MachinePhaseFailed, "PlanFailed", failed, api.MachinePhaseUpdating, true, true,
+			"Warning PlanFailed Updating -> Failed: broken (exit code 3): disk full"},
+		{"a write without news records nothing", api.MachinePhaseRunning, "PlanApplied", nil, api.MachinePhaseRunning, false, false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := record.NewFakeRecorder(10)
+			c := &Controller{events: rec}
+			m := &api.Machine{Status: api.MachineStatus{Phase: tt.phase, Reason: tt.reason, Conditions: tt.conditions}}
+			c.record(m, tt.from, tt.transition, tt.failedBefore)
+			close(rec.Events)
+			var got []string
+			for e := range rec.Events {
+				got = append(got, e)
+			}
+			switch {
+			case tt.want == "" && len(got) != 0:
+				t.Errorf("recorded %q, want nothing", got)
+			case tt.want != "" && (len(got) != 1 || got[0] != tt.want):
+				t.Errorf("recorded %q, want %q", got, tt.want)
 			}
 		})
 	}

@@ -1,6 +1,8 @@
 package registry
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -53,6 +55,14 @@ type Kind[T Object] struct {
 	// Columns and Cells are the extra `kubectl get` columns between NAME and AGE.
 	Columns []metav1.TableColumnDefinition
 	Cells   func(T) []interface{}
+	// HeardCells, if set, replaces Cells for kinds whose object stands for
+	// an agent: heard is when the server last heard it (in memory, from any
+	// server), zero if it does not know.
+	HeardCells func(obj T, heard time.Time) []interface{}
+	// WideColumns and WideCells come after AGE, shown by `kubectl get -o
+	// wide` only (their columns have priority 1).
+	WideColumns []metav1.TableColumnDefinition
+	WideCells   func(T) []interface{}
 }
 
 // erase turns the typed hooks into hooks on runtime.Object, so that the
@@ -60,14 +70,15 @@ type Kind[T Object] struct {
 func (k Kind[T]) erase() kindInfo {
 	cast := func(o runtime.Object) T { return o.(T) }
 	info := kindInfo{
-		resource:   k.Resource,
-		singular:   k.Singular,
-		shortNames: k.ShortNames,
-		newFunc:    func() runtime.Object { return k.New() },
-		newList:    k.NewList,
-		fields:     func(o runtime.Object) fields.Set { return k.Fields(cast(o)) },
-		lifecycle:  k.Lifecycle,
-		columns:    k.Columns,
+		resource:    k.Resource,
+		singular:    k.Singular,
+		shortNames:  k.ShortNames,
+		newFunc:     func() runtime.Object { return k.New() },
+		newList:     k.NewList,
+		fields:      func(o runtime.Object) fields.Set { return k.Fields(cast(o)) },
+		lifecycle:   k.Lifecycle,
+		columns:     k.Columns,
+		wideColumns: k.WideColumns,
 	}
 	if k.Prepare != nil {
 		info.prepare = func(obj, old runtime.Object) {
@@ -96,6 +107,12 @@ func (k Kind[T]) erase() kindInfo {
 	if k.Cells != nil {
 		info.cells = func(o runtime.Object) []interface{} { return k.Cells(cast(o)) }
 	}
+	if k.HeardCells != nil {
+		info.heardCells = func(o runtime.Object, heard time.Time) []interface{} { return k.HeardCells(cast(o), heard) }
+	}
+	if k.WideCells != nil {
+		info.wideCells = func(o runtime.Object) []interface{} { return k.WideCells(cast(o)) }
+	}
 	return info
 }
 
@@ -115,6 +132,9 @@ type kindInfo struct {
 	agentStatus        func(obj, old runtime.Object) field.ErrorList
 	columns            []metav1.TableColumnDefinition
 	cells              func(runtime.Object) []interface{}
+	heardCells         func(runtime.Object, time.Time) []interface{}
+	wideColumns        []metav1.TableColumnDefinition
+	wideCells          func(runtime.Object) []interface{}
 }
 
 // nowFunc is the clock of transition records; a variable so tests can pin it.

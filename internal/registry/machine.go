@@ -3,6 +3,7 @@ package registry
 import (
 	"slices"
 	"strings"
+	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,15 +65,38 @@ var Machine = Kind[*api.Machine]{
 		{Name: "Phase", Type: "string", Description: "Lifecycle state of the machine."},
 		{Name: "Plan", Type: "string", Description: "State of the machine's plan."},
 		{Name: "Roles", Type: "string", Description: "Roles of the machine."},
-		{Name: "Last-Seen", Type: "string", Description: "When the agent was last known to be connected."},
+		{Name: "Last-Seen", Type: "string", Description: "When the agent was last heard by any server: the servers' in-memory liveness, or the persisted status.lastSeen if later."},
 	},
-	Cells: func(m *api.Machine) []interface{} {
+	HeardCells: func(m *api.Machine, heard time.Time) []interface{} {
 		roles := strings.Join(m.Spec.Roles, ",")
 		if roles == "" {
 			roles = "<none>"
 		}
-		return []interface{}{m.Spec.Cluster, string(m.Status.Phase), string(m.Status.PlanState), roles, since(m.Status.LastSeen)}
+		seen := m.Status.LastSeen
+		if !heard.IsZero() && (seen == nil || heard.After(seen.Time)) {
+			t := metav1.NewTime(heard)
+			seen = &t
+		}
+		return []interface{}{m.Spec.Cluster, string(m.Status.Phase), string(m.Status.PlanState), roles, since(seen)}
 	},
+	WideColumns: []metav1.TableColumnDefinition{
+		{Name: "Addresses", Type: "string", Priority: 1, Description: "The machine's addresses, as its agent reported them."},
+		{Name: "Agent-Version", Type: "string", Priority: 1, Description: "Version of the muster-agent on the machine."},
+	},
+	WideCells: func(m *api.Machine) []interface{} {
+		addrs := make([]string, 0, len(m.Status.Addresses))
+		for _, a := range m.Status.Addresses {
+			addrs = append(addrs, a.Address)
+		}
+		return []interface{}{orNone(strings.Join(addrs, ",")), orNone(m.Status.AgentVersion)}
+	},
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
 }
 
 // validateMachineStatus bounds every field an agent may write to its

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -75,6 +76,10 @@ type Storage struct {
 
 // NewStorage builds the REST storage of one kind on the given storage options.
 func NewStorage[T Object](k Kind[T], typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter) (*Storage, error) {
+	return newStorage(k, typer, optsGetter, nil)
+}
+
+func newStorage[T Object](k Kind[T], typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter, lastHeard func(string) time.Time) (*Storage, error) {
 	info := k.erase()
 	main := strategy{ObjectTyper: typer, NameGenerator: names.SimpleNameGenerator, kind: info}
 	status := statusStrategy{strategy: main}
@@ -89,7 +94,7 @@ func NewStorage[T Object](k Kind[T], typer runtime.ObjectTyper, optsGetter gener
 		UpdateStrategy:            main,
 		DeleteStrategy:            main,
 		ResetFieldsStrategy:       main,
-		TableConvertor:            tableConvertor{info},
+		TableConvertor:            tableConvertor{kind: info, lastHeard: lastHeard},
 	}
 	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: info.attrs}); err != nil {
 		return nil, fmt.Errorf("setting up storage for %s: %w", info.resource, err)

@@ -1,22 +1,26 @@
 package registry
 
 import (
+	"time"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/generic"
 )
 
 // All builds the storage of every muster.io kind, and the server's own
-// in-process access to them.
-func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter) ([]*Storage, *Objects, error) {
+// in-process access to them. lastHeard, if not nil, is when a machine's
+// agent was last heard by any server, kept in memory by the server: the
+// machines table shows it rather than the coarsely persisted lastSeen.
+func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter, lastHeard func(machine string) time.Time) ([]*Storage, *Objects, error) {
 	builders := []func() (*Storage, error){
-		func() (*Storage, error) { return NewStorage(Cluster, typer, optsGetter) },
-		func() (*Storage, error) { return NewStorage(ClusterRegistrationToken, typer, optsGetter) },
-		func() (*Storage, error) { return NewStorage(ClusterRegistration, typer, optsGetter) },
-		func() (*Storage, error) { return NewStorage(Machine, typer, optsGetter) },
-		func() (*Storage, error) { return NewStorage(MachinePlan, typer, optsGetter) },
-		func() (*Storage, error) { return NewStorage(NodePassword, typer, optsGetter) },
-		func() (*Storage, error) { return NewStorage(ServerEndpoint, typer, optsGetter) },
-		func() (*Storage, error) { return NewStorage(ControllerLease, typer, optsGetter) },
+		func() (*Storage, error) { return newStorage(Cluster, typer, optsGetter, lastHeard) },
+		func() (*Storage, error) { return newStorage(ClusterRegistrationToken, typer, optsGetter, lastHeard) },
+		func() (*Storage, error) { return newStorage(ClusterRegistration, typer, optsGetter, lastHeard) },
+		func() (*Storage, error) { return newStorage(Machine, typer, optsGetter, lastHeard) },
+		func() (*Storage, error) { return newStorage(MachinePlan, typer, optsGetter, lastHeard) },
+		func() (*Storage, error) { return newStorage(NodePassword, typer, optsGetter, lastHeard) },
+		func() (*Storage, error) { return newStorage(ServerEndpoint, typer, optsGetter, lastHeard) },
+		func() (*Storage, error) { return newStorage(ControllerLease, typer, optsGetter, lastHeard) },
 	}
 	var all []*Storage
 	byResource := map[string]*Storage{}

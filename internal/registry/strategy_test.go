@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -133,15 +134,59 @@ func TestMainStrategyKeepsStatusAndBumpsGeneration(t *testing.T) {
 	}
 }
 
-func TestTableHasNameKindColumnsAndAge(t *testing.T) {
-	c := tableConvertor{Machine.erase()}
+func TestTableHasNameKindColumnsAgeAndWideColumns(t *testing.T) {
+	c := tableConvertor{kind: Machine.erase()}
 	list := &api.MachineList{Items: []api.Machine{{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Spec: api.MachineSpec{Cluster: "c"}}}}
 	table, err := c.ConvertToTable(context.Background(), list, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(table.ColumnDefinitions) != 7 || len(table.Rows) != 1 || len(table.Rows[0].Cells) != 7 {
+	if len(table.ColumnDefinitions) != 9 || len(table.Rows) != 1 || len(table.Rows[0].Cells) != 9 {
 		t.Fatalf("table shape: %d columns, %d rows", len(table.ColumnDefinitions), len(table.Rows))
 	}
+	// kubectl shows priority-1 columns with -o wide only.
+	for i, col := range table.ColumnDefinitions {
+		wide := col.Name == "Addresses" || col.Name == "Agent-Version"
+		if (col.Priority == 1) != wide {
+			t.Errorf("column %d %q has priority %d", i, col.Name, col.Priority)
+		}
+	}
 	var _ runtime.Object = table
+}
+
+// LAST-SEEN is the later of the servers' in-memory hearing and the
+// persisted lastSeen, which is written only coarsely.
+func TestMachineLastSeenColumn(t *testing.T) {
+	now := time.Now()
+	persisted := metav1.NewTime(now.Add(-20 * time.Minute))
+	tests := []struct {
+		name      string
+		lastSeen  *metav1.Time
+		lastHeard func(string) time.Time
+		want      string
+	}{
+		{"never heard, nothing persisted", nil, nil, "<never>"},
+		{"persisted only (no liveness hook)", &persisted, nil, "20m ago"},
+		{"heard in memory after the persisted time", &persisted, func(string) time.Time { return now.Add(-3 * time.Second) }, "3s ago"},
+		{"heard in memory, nothing persisted yet", nil, func(string) time.Time { return now.Add(-3 * time.Second) }, "3s ago"},
+		{"the server forgot (restart): persisted wins", &persisted, func(string) time.Time { return time.Time{} }, "20m ago"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := tableConvertor{kind: Machine.erase(), lastHeard: tt.lastHeard}
+			m := &api.Machine{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Status: api.MachineStatus{LastSeen: tt.lastSeen,
+				AgentVersion: "v1.2.3", Addresses: []api.MachineAddress{{Type: api.MachineInternalIP, Address: "10.0.0.1"}, {Type: api.MachineHostName, Address: "a"}}}}
+			table, err := c.ConvertToTable(context.Background(), m, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cells := table.Rows[0].Cells
+			if got := cells[5]; got != tt.want {
+				t.Errorf("LAST-SEEN = %v, want %q", got, tt.want)
+			}
+			if cells[7] != "10.0.0.1,a" || cells[8] != "v1.2.3" {
+				t.Errorf("wide cells = %v %v", cells[7], cells[8])
+			}
+		})
+	}
 }

@@ -14,6 +14,8 @@ import (
 // tableConvertor renders `kubectl get`: NAME, the kind's own columns, AGE.
 type tableConvertor struct {
 	kind kindInfo
+	// lastHeard is the server's in-memory liveness, for kinds with HeardCells.
+	lastHeard func(name string) time.Time
 }
 
 var (
@@ -23,7 +25,7 @@ var (
 
 func (c tableConvertor) ConvertToTable(_ context.Context, object runtime.Object, _ runtime.Object) (*metav1.Table, error) {
 	table := &metav1.Table{
-		ColumnDefinitions: append(append([]metav1.TableColumnDefinition{nameColumn}, c.kind.columns...), ageColumn),
+		ColumnDefinitions: append(append(append([]metav1.TableColumnDefinition{nameColumn}, c.kind.columns...), ageColumn), c.kind.wideColumns...),
 	}
 	if lm, err := meta.ListAccessor(object); err == nil {
 		table.ResourceVersion = lm.GetResourceVersion()
@@ -37,10 +39,20 @@ func (c tableConvertor) ConvertToTable(_ context.Context, object runtime.Object,
 			return fmt.Errorf("cannot show %T as a %s", obj, c.kind.singular)
 		}
 		cells := []interface{}{o.GetName()}
-		if c.kind.cells != nil {
+		switch {
+		case c.kind.heardCells != nil:
+			var heard time.Time
+			if c.lastHeard != nil {
+				heard = c.lastHeard(o.GetName())
+			}
+			cells = append(cells, c.kind.heardCells(obj, heard)...)
+		case c.kind.cells != nil:
 			cells = append(cells, c.kind.cells(obj)...)
 		}
 		cells = append(cells, age(o.GetCreationTimestamp()))
+		if c.kind.wideCells != nil {
+			cells = append(cells, c.kind.wideCells(obj)...)
+		}
 		table.Rows = append(table.Rows, metav1.TableRow{Cells: cells, Object: runtime.RawExtension{Object: obj}})
 		return nil
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/muster-io/muster/internal/apiserver"
 	"github.com/muster-io/muster/internal/caller"
+	"github.com/muster-io/muster/internal/events"
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/leader"
 	"github.com/muster-io/muster/internal/lifecycle"
@@ -53,6 +54,7 @@ type controllers struct {
 	tokens   *apiserver.TokenAuthenticator
 	rules    *apiserver.AgentAuthorizer
 	liveness *lifecycle.Tracker
+	events   *events.Recorder
 	client   versioned.Interface
 	factory  informers.SharedInformerFactory
 	stop     <-chan struct{}
@@ -74,6 +76,9 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 		return err
 	}
 	c.client = client
+	if err := c.events.Start(ctx, loopback); err != nil {
+		return fmt.Errorf("recording events: %w", err)
+	}
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(slimForCache))
 	c.objects.ServeInformers(factory)
 	c.factory = factory
@@ -86,6 +91,8 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 		return err
 	}
 	registrations.Informer()
+	endpoints := v.ServerEndpoints()
+	endpoints.Informer()
 	c.rules.SetClient(client)
 	// Every server ends the requests of a voided machine certificate.
 	if err := c.rules.VoidOnMachineChange(machines.Informer()); err != nil {
@@ -113,6 +120,12 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 
 	// Every server grants the registrations made through it.
 	go c.join.Granter().Run(ctx)
+	// Every server, not only the leader, merges what the others heard:
+	// the leader judges silence by it, and any server's `kubectl get
+	// machines` shows it as LAST-SEEN. With n servers that is n-1 reports
+	// fetched per server per PeerPollInterval (about 40 bytes a machine
+	// heard in the last 10 minutes); a new leader starts with them too.
+	go lifecycle.PollPeers(ctx, c.liveness, endpoints.Lister(), c.self, c.peerTLS)
 	go serverendpoint.Publish(ctx, client, c.self, c.address)
 	electionCtx, stopElection := context.WithCancel(ctx)
 	c.stopElection, c.elected = stopElection, make(chan struct{})
@@ -139,15 +152,14 @@ func (c *controllers) lead(term context.Context) {
 	factory := c.factory
 	granter := c.join.NewController(factory)
 	housekeeper := c.join.NewHousekeeper(c.client, factory)
-	machines := lifecycle.NewController(c.client, c.objects, factory, c.liveness, c.cfg.AgentSilenceThreshold)
+	machines := lifecycle.NewController(c.client, c.objects, factory, c.liveness, c.cfg.AgentSilenceThreshold, c.events)
 	endpoints := factory.Muster().V1alpha1().ServerEndpoints()
-	endpoints.Informer()
 	// Start what the controllers added; it runs until the server stops.
 	factory.Start(c.stop)
 	// Machines whose agents talk to another server were heard there; until
-	// those reports arrive, count the start of the term as a hearing.
+	// those reports arrive (PollPeers, started with the server), count the
+	// start of the term as a hearing.
 	c.liveness.Begin()
-	go lifecycle.PollPeers(term, c.liveness, endpoints.Lister(), c.self, c.peerTLS)
 	go serverendpoint.Sweep(term, c.client, endpoints.Lister())
 	go granter.Run(term, controllerWorkers)
 	go housekeeper.Run(term)

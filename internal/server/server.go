@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
+	"github.com/muster-io/muster/internal/events"
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/store"
@@ -43,6 +44,8 @@ type Config struct {
 	// AgentSilenceThreshold is how long an agent may go unheard before its
 	// Machine is Unavailable.
 	AgentSilenceThreshold time.Duration
+	// EventTTL is how long an Event is kept after its last write.
+	EventTTL time.Duration
 	// Token is the server token that servers sharing a datastore have in
 	// common; empty to use the data dir's, or to generate one.
 	Token string
@@ -136,6 +139,7 @@ func run(ctx context.Context, cfg Config) error {
 	}
 
 	joins := join.New(join.Config{CA: state.CA, Validity: cfg.AgentCertificateValidity, TokenJoinRate: cfg.JoinRate, TokenJoinBurst: cfg.JoinBurst})
+	recorder := events.NewRecorder(self)
 	tokens := apiserver.NewTokenAuthenticator()
 	liveness := lifecycle.NewTracker()
 	registrationRules := apiserver.NewAgentAuthorizer()
@@ -155,13 +159,16 @@ func run(ctx context.Context, cfg Config) error {
 		MaxMutatingRequestsInFlight: cfg.MaxMutatingRequestsInFlight,
 		PeerHandlers:                map[string]http.Handler{lifecycle.ReportPath: liveness},
 		Registrations:               joins.Storage,
+		EventTTL:                    cfg.EventTTL,
+		LastHeard:                   liveness.LastSeen,
 	})
 	if err != nil {
 		return err
 	}
+	joins.SetEvents(recorder) // the join's Granter exists once the API is built
 	ctl := &controllers{
 		cfg: cfg, join: joins, objects: api.Objects(), self: self, address: advertised, peerTLS: peerTLS,
-		tokens: tokens, rules: registrationRules, liveness: liveness,
+		tokens: tokens, rules: registrationRules, liveness: liveness, events: recorder,
 	}
 	if err := api.AddPostStartHook("muster-controllers", func(ctx context.Context) error {
 		return ctl.start(ctx, api.LoopbackConfig())

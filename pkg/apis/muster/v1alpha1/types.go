@@ -432,7 +432,41 @@ type MachineAddress struct {
 
 // MachineStatus is the observed state of a Machine.
 type MachineStatus struct {
-	// Phase is the machine's lifecycle state; see internal/fsm for the legal moves.
+	// Phase is the machine's lifecycle state, set by the server from what its
+	// agent reports; status.reason says why it is there and
+	// status.transitions lists the last moves.
+	//
+	// Pending: created by an operator, waiting for an agent or a driver.
+	//
+	// Provisioning: a driver is creating the host (Pending -> Provisioning,
+	// provision).
+	//
+	// Registering: a registration was granted; the agent has not checked in
+	// yet (Pending or Provisioning -> Registering, register).
+	//
+	// Bootstrapping: the agent checked in and runs its first plan
+	// (Registering -> Bootstrapping, agent-checked-in).
+	//
+	// Running: the plan is applied, its probes are healthy and the agent is
+	// heard (Bootstrapping or Updating -> Running, plan-applied;
+	// Unavailable -> Running, agent-returned, once its agent is heard again).
+	//
+	// Updating: a new plan is being applied (Running -> Updating,
+	// plan-changed; Failed -> Updating, plan-fixed; Unavailable -> Updating,
+	// agent-returned-mid-plan).
+	//
+	// Unavailable: no server heard the agent for the silence threshold
+	// (Bootstrapping, Running or Updating -> Unavailable, agent-silent).
+	//
+	// Failed: the plan failed maxFailures times in a row; the PlanFailed
+	// condition says how (any phase before Draining -> Failed, plan-failed).
+	//
+	// Draining: the Machine was deleted (any phase -> Draining, drain).
+	//
+	// Deleting: its plan and node password are being removed
+	// (Draining -> Deleting, drained).
+	//
+	// Deleted: finalized; the object goes away (Deleting -> Deleted, finalized).
 	// +optional
 	Phase MachinePhase `json:"phase,omitempty"`
 	// Reason is a short CamelCase reason for the current phase.
@@ -449,7 +483,8 @@ type MachineStatus struct {
 	// +optional
 	AgentVersion string `json:"agentVersion,omitempty"`
 	// LastSeen is when the server last knew the agent to be connected. It is
-	// persisted coarsely (not once per heartbeat), so it may lag by the documented interval.
+	// persisted coarsely (not once per heartbeat), so it may lag by the documented interval;
+	// the LAST-SEEN column of `kubectl get machines` shows the servers' current knowledge.
 	// +optional
 	LastSeen *metav1.Time `json:"lastSeen,omitempty"`
 	// PlanState is the state of the machine's MachinePlan (pending,

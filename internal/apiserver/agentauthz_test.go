@@ -1,0 +1,63 @@
+package apiserver
+
+import (
+	"context"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"github.com/muster-io/muster/internal/caller"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	"github.com/muster-io/muster/pkg/client/clientset/versioned/fake"
+)
+
+// Events are for administrators: what the controllers record names other
+// machines, tokens and registrations, so neither a machine's certificate nor
+// a join token may read them, and neither may write one (a forged event on
+// another machine would mislead an operator).
+func TestEventsAreForAdministratorsOnly(t *testing.T) {
+	a := NewAgentAuthorizer()
+	a.SetClient(fake.NewSimpleClientset(&api.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m1", UID: "uid-1"}}))
+	rules := Authorizer{Rules: []authorizer.AuthorizerFunc{a.Authorize}}
+
+	cn, groups := caller.MachineSubject("m1", "uid-1")
+	machine := &user.DefaultInfo{Name: cn, Groups: groups}
+	token := &user.DefaultInfo{Name: caller.BootstrapUser("abcdef"), Groups: []string{caller.BootstrappersGroup}}
+	admin := &user.DefaultInfo{Name: "muster-admin", Groups: []string{user.SystemPrivilegedGroup}}
+
+	events := func(u user.Info, verb, namespace string) authorizer.AttributesRecord {
+		return authorizer.AttributesRecord{User: u, Verb: verb, APIGroup: "", APIVersion: "v1", Resource: "events",
+			Namespace: namespace, ResourceRequest: true}
+	}
+	tests := []struct {
+		name  string
+		attrs authorizer.AttributesRecord
+		want  authorizer.Decision
+	}{
+		{"an administrator lists events", events(admin, "list", "default"), authorizer.DecisionAllow},
+		{"an administrator lists events in every namespace", events(admin, "list", ""), authorizer.DecisionAllow},
+		{"a machine may not list events", events(machine, "list", "default"), authorizer.DecisionDeny},
+		{"a machine may not watch events", events(machine, "watch", ""), authorizer.DecisionDeny},
+		{"a machine may not create an event", events(machine, "create", "default"), authorizer.DecisionDeny},
+		{"a machine may not patch an event", events(machine, "patch", "default"), authorizer.DecisionDeny},
+		{"a join token may not list events", events(token, "list", "default"), authorizer.DecisionDeny},
+		{"a join token may not create an event", events(token, "create", "default"), authorizer.DecisionDeny},
+		{"an anonymous caller may not list events", events(&user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.AllUnauthenticated}}, "list", "default"), authorizer.DecisionDeny},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, reason, err := rules.Authorize(context.Background(), tt.attrs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("decision %v (%s), want %v", got, reason, tt.want)
+			}
+			if got == authorizer.DecisionDeny && reason == "" {
+				t.Error("a denial must say why")
+			}
+		})
+	}
+}

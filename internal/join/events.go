@@ -1,0 +1,70 @@
+package join
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
+
+// The Events of the join: a grant is recorded on the Machine it made or
+// renewed (so `kubectl describe machine` starts with how it joined), a
+// refusal on the registration, which may never have been stored. The
+// recorder's spam filter bounds what a storm of either writes.
+
+// SetEvents gives the join its recorder, once Storage has run; until then
+// nothing is recorded.
+func (j *Join) SetEvents(r record.EventRecorder) { j.grants.events = r }
+
+func (g *Granter) recordGrant(reg *api.ClusterRegistration, got *grant) {
+	if g.events == nil || got == nil {
+		return
+	}
+	ref := &corev1.ObjectReference{APIVersion: api.SchemeGroupVersion.String(), Kind: "Machine", Name: got.machine, UID: got.uid}
+	reason, by := "Registered", "an administrator's request"
+	switch {
+	case reg.Spec.MachineUID != "":
+		reason, by = "CertificateRenewed", "the machine's own request"
+	case reg.Spec.TokenID != "":
+		by = "join token " + reg.Spec.TokenID
+	}
+	g.events.Eventf(ref, corev1.EventTypeNormal, reason, "registration %s of node %s granted, through %s, in cluster %s", reg.Name, reg.Spec.NodeName, by, got.cluster)
+}
+
+// recordRefusal records refusal of reg: one refused in its request, or one
+// the controller denied (not one another server decided meanwhile).
+func (g *Granter) recordRefusal(reg *api.ClusterRegistration, refusal *Refusal) {
+	if g.events == nil || refusal == nil || (reg.Status.Phase != "" && reg.Status.Reason != refusal.Reason) {
+		return
+	}
+	ref := &corev1.ObjectReference{APIVersion: api.SchemeGroupVersion.String(), Kind: "ClusterRegistration", Name: reg.Name, UID: reg.UID}
+	by := ""
+	if reg.Spec.TokenID != "" {
+		by = " (join token " + reg.Spec.TokenID + ")"
+	}
+	g.events.Eventf(ref, corev1.EventTypeWarning, refusal.Reason, "registration of node %s%s refused: %s", reg.Spec.NodeName, by, refusal.Message)
+}
+
+// recentDecision bounds which operator denials the controller records: one
+// it sees as it is made, not every past one a restarted server or a new
+// leader finds in its cache.
+const recentDecision = time.Minute
+
+// recordOperatorDenial records a registration an operator denied
+// ('muster-server registration deny'): the denial is written through the
+// API, and the controller is the first of the server to see it.
+func (g *Granter) recordOperatorDenial(reg *api.ClusterRegistration) {
+	n := len(reg.Status.Transitions)
+	if g.events == nil || reg.Status.Phase != api.RegistrationPhaseDenied || reg.Status.Reason != "DeniedByOperator" || n == 0 ||
+		time.Since(reg.Status.Transitions[n-1].Time.Time) > recentDecision {
+		return
+	}
+	ref := &corev1.ObjectReference{APIVersion: api.SchemeGroupVersion.String(), Kind: "ClusterRegistration", Name: reg.Name, UID: reg.UID}
+	why := ""
+	if reg.Status.Message != "" {
+		why = ": " + reg.Status.Message
+	}
+	g.events.Eventf(ref, corev1.EventTypeWarning, reg.Status.Reason, "registration of node %s denied by an operator%s", reg.Spec.NodeName, why)
+}
