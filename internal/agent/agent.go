@@ -59,6 +59,18 @@ type Config struct {
 // is void from then on, and only a new join token brings it back.
 func Run(ctx context.Context, cfg Config) error {
 	a := &agent{cfg: cfg, dir: dataDir(cfg.DataDir), gone: make(chan error, 1)}
+	err := a.run(ctx)
+	if ctx.Err() != nil {
+		// SIGTERM or SIGINT: a stop asked for is a clean stop (exit 0),
+		// and the last line says it happened, whatever the agent was doing.
+		a.say("stopped by a signal (SIGTERM or SIGINT)")
+		return nil
+	}
+	return err
+}
+
+func (a *agent) run(ctx context.Context) error {
+	cfg := a.cfg
 	unlock, err := a.dir.lock()
 	if err != nil {
 		return err
