@@ -80,6 +80,9 @@ func (a *agent) run(ctx context.Context) error {
 	// those lines take the agent's format too, so every line has the same
 	// timestamp and prefix.
 	klog.SetLogger(logr.New(&sayLogger{say: a.say}))
+	if err := checkServerURL(cfg.Server); err != nil {
+		return err
+	}
 	if cfg.TokenOnCommandLine {
 		a.say("WARNING: --token is readable by every local user in /proc/%d/cmdline while the agent runs; "+
 			"use --token-file FILE or $MUSTER_TOKEN instead", os.Getpid())
@@ -226,7 +229,7 @@ func (a *agent) credential(ctx context.Context) (string, error) {
 		}
 	}
 	backoff := time.Second
-	for {
+	for tries := 1; ; tries++ {
 		machine, err := a.join(ctx, id)
 		if err == nil {
 			return machine, nil
@@ -242,6 +245,11 @@ func (a *agent) credential(ctx context.Context) (string, error) {
 		}
 		wait := retryWait(err, backoff)
 		a.say("joining failed: %v; retrying in %s", err, wait.Round(time.Millisecond))
+		var status apierrors.APIStatus
+		if hint := portHint(a.cfg.Server); hint != "" && tries%10 == 3 && !errors.As(err, &status) {
+			// Unreachable, not refused: likely the wrong port.
+			a.say("%s", hint)
+		}
 		select {
 		case <-ctx.Done():
 			return "", ctx.Err()
@@ -304,6 +312,12 @@ func (a *agent) join(ctx context.Context, id identity) (string, error) {
 		return "", err
 	}
 	granted, keyPEM, err := a.request(ctx, bootstrap, id)
+	var refusal *fatalError
+	if errors.As(err, &refusal) && apierrors.IsUnauthorized(refusal.err) {
+		// 401 to a join token: its id is unknown or its secret wrong
+		// (which of the two, the server does not say).
+		return "", fatal("the server does not know this join token, id %s (check it, or create a new one with 'muster-server token create')", tok.ID)
+	}
 	if err != nil {
 		return "", err
 	}

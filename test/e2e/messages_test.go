@@ -48,3 +48,55 @@ func TestAgentStopsCleanly(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentServerURLMessages: a --server the agent could only retry forever
+// is refused at once with the URL to use; one without a port says, after a
+// few tries, that it dials 443.
+func TestAgentServerURLMessages(t *testing.T) {
+	s := startServer(t, "")
+	tok := newToken(t, s)
+	hostPort := strings.TrimPrefix(s.url(), "https://")
+	for _, tc := range []struct{ server, want string }{
+		{hostPort, "use --server https://" + hostPort},
+		{"http://" + hostPort, "uses http: muster-server serves only HTTPS, use --server https://" + hostPort},
+	} {
+		a := runAgentBinaryEnv(t, []string{"MUSTER_TOKEN=" + tok}, "--server", tc.server, "--data-dir", t.TempDir(), "--node-name", "url-test")
+		if out, code := a.waitExit(10 * time.Second); code == 0 || !strings.Contains(out, tc.want) {
+			t.Errorf("--server %s: exit %d, want non-zero and %q\n%s", tc.server, code, tc.want, out)
+		}
+	}
+	// Port 443 of a loopback address nothing listens on: refused at once,
+	// as a firewall's silence would be after a timeout.
+	a := runAgentBinaryEnv(t, []string{"MUSTER_TOKEN=" + tok}, "--server", "https://127.0.0.7", "--data-dir", t.TempDir(), "--node-name", "url-test")
+	a.waitOutput("has no port, so the agent dials port 443", 20*time.Second)
+	if !strings.Contains(a.log.String(), "try --server https://127.0.0.7:9443") {
+		t.Errorf("the port hint does not say what to try:\n%s", a.log.String())
+	}
+}
+
+// TestWrongJoinTokenMessages: an unknown token id or a wrong secret tells
+// the agent what to do; the server's log names the token id and the
+// client's address, never the secret.
+func TestWrongJoinTokenMessages(t *testing.T) {
+	s := startServer(t, "")
+	tok := newToken(t, s)
+	prefix, secret, _ := strings.Cut(tok, ".")
+	wrongSecret := prefix + "." + strings.Repeat("0", len(secret))
+	casHash, _, _ := strings.Cut(tok, "::")
+	unknownID := casHash + "::nosuch1." + secret
+	for _, bad := range []string{wrongSecret, unknownID} {
+		a := runAgentBinaryEnv(t, []string{"MUSTER_TOKEN=" + bad}, "--server", s.url(), "--data-dir", t.TempDir(), "--node-name", "bad-token")
+		out, code := a.waitExit(30 * time.Second)
+		if code == 0 || !strings.Contains(out, "the server does not know this join token") || !strings.Contains(out, "muster-server token create") {
+			t.Errorf("agent with a bad token: exit %d\n%s", code, out)
+		}
+	}
+	waitFor(t, 10*time.Second, "the server to log the refusal", func() bool {
+		return strings.Contains(s.log.String(), "Refused join tokens that are not known")
+	})
+	id := strings.TrimPrefix(prefix, casHash+"::")
+	log := s.log.String()
+	if !strings.Contains(log, `lastTokenID="`+id+`"`) || !strings.Contains(log, `lastClient="127.0.0.1"`) || strings.Contains(log, secret) || strings.Contains(log, strings.Repeat("0", len(secret))) {
+		t.Errorf("the server's log of the refusal should name token id %s and the client, never the secret:\n%s", id, log)
+	}
+}
