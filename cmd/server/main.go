@@ -14,6 +14,7 @@ import (
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/kubeconfig"
 	"github.com/muster-io/muster/internal/lifecycle"
+	"github.com/muster-io/muster/internal/logformat"
 	"github.com/muster-io/muster/internal/server"
 	"github.com/muster-io/muster/internal/version"
 )
@@ -24,7 +25,7 @@ func main() {
 
 func newRootCommand() *cobra.Command {
 	cfg := server.Config{}
-	var endpointFile, tokenFile string
+	var endpointFile, tokenFile, logFormat string
 	cmd := &cobra.Command{
 		Use:   "muster-server",
 		Short: "Muster registers machines and clusters and drives their lifecycle",
@@ -35,6 +36,9 @@ certificate, a server token and an admin kubeconfig there.`,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := logformat.Apply(logFormat, os.Stderr); err != nil {
+				return err
+			}
 			if passwordInURL(cfg.DatastoreEndpoint) {
 				klog.Warning("--datastore-endpoint holds a password, which every local user can read in this process's command line: use --datastore-endpoint-file or $MUSTER_DATASTORE_ENDPOINT")
 			}
@@ -71,6 +75,7 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.IntVar(&cfg.MaxRequestsInFlight, "max-requests-inflight", apiserver.DefaultMaxRequestsInFlight, "requests served at once (watches excluded); more get 429 and retry")
 	fl.IntVar(&cfg.MaxMutatingRequestsInFlight, "max-mutating-requests-inflight", apiserver.DefaultMaxMutatingRequestsInFlight, "writes served at once; more get 429 and retry")
 
+	fl.StringVar(&logFormat, "log-format", "text", logformat.Usage)
 	fl.DurationVar(&cfg.AgentSilenceThreshold, "agent-silence-threshold", lifecycle.DefaultSilenceThreshold, "how long an agent may go unheard before its Machine is Unavailable (agents heartbeat every 5s)")
 
 	cmd.AddCommand(newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg), newVersionCommand())

@@ -25,6 +25,7 @@ import (
 
 	"github.com/muster-io/muster/internal/agent/loadbalancer"
 	"github.com/muster-io/muster/internal/jointoken"
+	"github.com/muster-io/muster/internal/logformat"
 	"github.com/muster-io/muster/internal/pki"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
@@ -49,6 +50,9 @@ type Config struct {
 	TokenOnCommandLine bool
 	// Out receives the agent's account of each step.
 	Out io.Writer
+	// LogFormat is "text" (timestamped lines) or "json" (one JSON object
+	// a line, as muster-server writes with --log-format json).
+	LogFormat string
 	// Args is the agent's command line, to print the command that joins
 	// again once the Machine is deleted; nil prints a generic one.
 	Args []string
@@ -59,6 +63,10 @@ type Config struct {
 // is void from then on, and only a new join token brings it back.
 func Run(ctx context.Context, cfg Config) error {
 	a := &agent{cfg: cfg, dir: dataDir(cfg.DataDir), gone: make(chan error, 1)}
+	if cfg.LogFormat == "json" {
+		l := logformat.JSON(cfg.Out).WithCallDepth(1)
+		a.json = &l
+	}
 	err := a.run(ctx)
 	if ctx.Err() != nil {
 		// SIGTERM or SIGINT: a stop asked for is a clean stop (exit 0),
@@ -134,11 +142,17 @@ type agent struct {
 	// gone receives why the server no longer accepts this machine's
 	// certificate (its Machine was deleted), once that is certain.
 	gone chan error
+	// json, when set, writes the agent's lines as JSON objects.
+	json *logr.Logger
 }
 
 // say writes one line of the agent's account, timestamped: an operator
 // lines it up with the server's log to see what happened when.
 func (a *agent) say(format string, args ...interface{}) {
+	if a.json != nil {
+		a.json.Info(fmt.Sprintf(format, args...))
+		return
+	}
 	fmt.Fprintf(a.cfg.Out, "%s muster-agent: "+format+"\n",
 		append([]interface{}{time.Now().UTC().Format("2006-01-02T15:04:05.000Z")}, args...)...)
 }

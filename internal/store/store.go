@@ -73,6 +73,7 @@ func Open(ctx context.Context, cfg Config) (*Datastore, error) {
 		return nil, fmt.Errorf("cannot create data dir %s: %w; choose a writable --data-dir", cfg.DataDir, err)
 	}
 
+	routeKineLogs()
 	ds := &Datastore{backend: kind}
 	kineEndpoint := cfg.Endpoint
 	switch kind {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"syscall"
@@ -98,5 +99,44 @@ func TestWrongJoinTokenMessages(t *testing.T) {
 	log := s.log.String()
 	if !strings.Contains(log, `lastTokenID="`+id+`"`) || !strings.Contains(log, `lastClient="127.0.0.1"`) || strings.Contains(log, secret) || strings.Contains(log, strings.Repeat("0", len(secret))) {
 		t.Errorf("the server's log of the refusal should name token id %s and the client, never the secret:\n%s", id, log)
+	}
+}
+
+// TestLogFormat: each binary writes one format: kine's lines come through
+// klog (no logrus lines in the text log), and with --log-format json every
+// line of either binary is a JSON object.
+func TestLogFormat(t *testing.T) {
+	text := startServer(t, "")
+	if log := text.log.String(); strings.Contains(log, "level=info msg=") || !strings.Contains(log, `component="kine"`) {
+		t.Errorf("kine's lines should come through klog, as every other line does:\n%s", log)
+	}
+
+	s := startServer(t, "", "--log-format", "json")
+	a := startAgent(t, s, t.TempDir(), "--token", newToken(t, s), "--node-name", "json-1", "--log-format", "json")
+	a.waitOutput("running as machine json-1", 30*time.Second)
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	agentLog, code := a.waitExit(30 * time.Second)
+	if code != 0 {
+		t.Errorf("agent exit %d after SIGTERM", code)
+	}
+	s.stop()
+	for name, log := range map[string]string{"muster-server": s.log.String(), "muster-agent": agentLog} {
+		kine := false
+		for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+			var obj map[string]interface{}
+			if err := json.Unmarshal([]byte(line), &obj); err != nil || obj["msg"] == nil || obj["ts"] == nil {
+				t.Errorf("%s --log-format json wrote a line that is not a JSON log object (%v): %s", name, err, line)
+				continue
+			}
+			kine = kine || obj["component"] == "kine"
+		}
+		if name == "muster-server" && !kine {
+			t.Errorf("no kine line in the server's JSON log:\n%s", log)
+		}
+	}
+	if bad := runAgentBinary(t, "--server", s.url(), "--log-format", "xml"); true {
+		if out, code := bad.waitExit(10 * time.Second); code == 0 || !strings.Contains(out, "give text or json") {
+			t.Errorf("--log-format xml: exit %d\n%s", code, out)
+		}
 	}
 }
