@@ -40,7 +40,7 @@ func TestAgentStopsCleanly(t *testing.T) {
 
 		// Still joining: waiting for a manual approval.
 		w := startAgent(t, s, t.TempDir(), "--token", newToken(t, s, "--manual-approval"), "--node-name", fmt.Sprintf("waiting-%d", int(sig)))
-		w.waitOutput("to be approved", 30*time.Second)
+		w.waitOutput("waiting for the registration", 30*time.Second)
 		_ = w.cmd.Process.Signal(sig)
 		out, code = w.waitExit(30 * time.Second)
 		lines = strings.Split(strings.TrimSpace(out), "\n")
