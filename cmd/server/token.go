@@ -130,7 +130,7 @@ func newRegistrationCommand(cfg *server.Config) *cobra.Command {
 	for _, approve := range []bool{true, false} {
 		verb := map[bool]string{true: "approve", false: "deny"}[approve]
 		decide := &cobra.Command{
-			Use: verb + " NODE|NAME", Short: verb + " a node's pending registration", Args: oneArg("NODE|NAME", "a node name or a registration's name: muster-server registration list"),
+			Use: verb + " NODE|NAME", Short: map[bool]string{true: "Approve", false: "Deny"}[approve] + " a node's pending registration", Args: oneArg("NODE|NAME", "a node name or a registration's name: muster-server registration list"),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				c, err := client(cmd)
 				if err != nil {
