@@ -12,6 +12,7 @@ import (
 	"k8s.io/component-base/cli"
 
 	"github.com/muster-io/muster/internal/agent"
+	"github.com/muster-io/muster/internal/logformat"
 	"github.com/muster-io/muster/internal/version"
 )
 
@@ -42,6 +43,9 @@ func newRootCommand() *cobra.Command {
 				}
 				cfg.Labels[k] = v
 			}
+			if err := logformat.Check(cfg.LogFormat); err != nil {
+				return err
+			}
 			if cfg.Server == "" {
 				return fmt.Errorf("--server is required, e.g. --server https://10.0.0.1:9443")
 			}
@@ -69,6 +73,7 @@ func newRootCommand() *cobra.Command {
 	f.StringArrayVar(&labels, "label", nil, "label for the Machine, key=value (repeatable)")
 	f.StringArrayVar(&cfg.Roles, "role", nil, "role of the machine, e.g. worker (repeatable)")
 	f.StringVar(&cfg.DataDir, "data-dir", dataDir, "directory for the node password, identity and certificate")
+	f.StringVar(&cfg.LogFormat, "log-format", "text", logformat.Usage)
 	f.BoolVar(&cfg.InsecureSkipCACheck, "insecure-skip-ca-check", false, "accept a token without a CA hash and do not verify the server (dangerous)")
 	cmd.AddCommand(newSimulateCommand(), version.Command("muster-agent"))
 	return cmd

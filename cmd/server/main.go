@@ -15,6 +15,7 @@ import (
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/kubeconfig"
 	"github.com/muster-io/muster/internal/lifecycle"
+	"github.com/muster-io/muster/internal/logformat"
 	"github.com/muster-io/muster/internal/server"
 	"github.com/muster-io/muster/internal/version"
 )
@@ -25,7 +26,7 @@ func main() {
 
 func newRootCommand() *cobra.Command {
 	cfg := server.Config{}
-	var endpointFile, tokenFile string
+	var endpointFile, tokenFile, logFormat string
 	cmd := &cobra.Command{
 		Use:   "muster-server",
 		Short: "Muster registers machines and clusters and drives their lifecycle",
@@ -36,6 +37,9 @@ certificate, a server token and an admin kubeconfig there.`,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := logformat.Apply(logFormat, os.Stderr); err != nil {
+				return err
+			}
 			if passwordInURL(cfg.DatastoreEndpoint) {
 				klog.Warning("--datastore-endpoint holds a password, which every local user can read in this process's command line: use --datastore-endpoint-file or $MUSTER_DATASTORE_ENDPOINT")
 			}
@@ -73,6 +77,7 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.IntVar(&cfg.MaxMutatingRequestsInFlight, "max-mutating-requests-inflight", apiserver.DefaultMaxMutatingRequestsInFlight, "writes served at once; more get 429 and retry")
 
 	fl.DurationVar(&cfg.EventTTL, "event-ttl", events.DefaultTTL, "how long an Event (kubectl get events) is kept after it last occurred")
+	fl.StringVar(&logFormat, "log-format", "text", logformat.Usage)
 	fl.DurationVar(&cfg.AgentSilenceThreshold, "agent-silence-threshold", lifecycle.DefaultSilenceThreshold, "how long an agent may go unheard before its Machine is Unavailable (agents heartbeat every 5s)")
 
 	cmd.AddCommand(newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg), version.Command("muster-server"))

@@ -111,27 +111,47 @@ func newTokenCommand(cfg *server.Config) *cobra.Command {
 }
 
 func newRegistrationCommand(cfg *server.Config) *cobra.Command {
-	var kubeconfig, message string
+	var kubeconfig, message, output string
 	client := adminClient(cfg, &kubeconfig)
-	cmd := groupCommand("registration", "Approve or deny registrations made with manual-approval tokens")
+	cmd := groupCommand("registration", "List, approve or deny registrations made with manual-approval tokens")
 	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", kubeconfigUsage)
-	cmd.PersistentFlags().StringVar(&message, "message", "", "note recorded in the registration's status")
+	list := &cobra.Command{
+		Use: "list", Short: "List registrations, pending first", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			return join.ListRegistrations(cmd.Context(), c, cmd.OutOrStdout(), output, time.Now())
+		},
+	}
+	list.Flags().StringVarP(&output, "output", "o", "", "json or yaml: the ClusterRegistrations as kubectl would print them")
+	cmd.AddCommand(list)
 	for _, approve := range []bool{true, false} {
 		verb := map[bool]string{true: "approve", false: "deny"}[approve]
-		cmd.AddCommand(&cobra.Command{
-			Use: verb + " NAME", Short: verb + " a pending registration", Args: oneArg("NAME", "of the ClusterRegistration: kubectl get clusterregistrations"),
+		decide := &cobra.Command{
+			Use: verb + " NODE|NAME", Short: map[bool]string{true: "Approve", false: "Deny"}[approve] + " a node's pending registration", Args: oneArg("NODE|NAME", "a node name or a registration's name: muster-server registration list"),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				c, err := client(cmd)
 				if err != nil {
 					return err
 				}
-				if err := join.Decide(cmd.Context(), c, args[0], approve, message); err != nil {
+				name, note, err := join.Resolve(cmd.Context(), c, args[0])
+				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "registration %s: %s\n", args[0], map[bool]string{true: "approved", false: "denied"}[approve])
+				if note != "" {
+					fmt.Fprintln(cmd.OutOrStdout(), note)
+				}
+				if err := join.Decide(cmd.Context(), c, name, approve, message); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "registration %s: %s\n", name, map[bool]string{true: "approved", false: "denied"}[approve])
 				return nil
 			},
-		})
+		}
+		decide.Flags().StringVar(&message, "message", "", "note recorded in the registration's status")
+		cmd.AddCommand(decide)
 	}
 	return cmd
 }

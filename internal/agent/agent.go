@@ -25,6 +25,7 @@ import (
 
 	"github.com/muster-io/muster/internal/agent/loadbalancer"
 	"github.com/muster-io/muster/internal/jointoken"
+	"github.com/muster-io/muster/internal/logformat"
 	"github.com/muster-io/muster/internal/pki"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
@@ -49,6 +50,9 @@ type Config struct {
 	TokenOnCommandLine bool
 	// Out receives the agent's account of each step.
 	Out io.Writer
+	// LogFormat is "text" (timestamped lines) or "json" (one JSON object
+	// a line, as muster-server writes with --log-format json).
+	LogFormat string
 	// Args is the agent's command line, to print the command that joins
 	// again once the Machine is deleted; nil prints a generic one.
 	Args []string
@@ -59,6 +63,22 @@ type Config struct {
 // is void from then on, and only a new join token brings it back.
 func Run(ctx context.Context, cfg Config) error {
 	a := &agent{cfg: cfg, dir: dataDir(cfg.DataDir), gone: make(chan error, 1)}
+	if cfg.LogFormat == "json" {
+		l := logformat.JSON(cfg.Out).WithCallDepth(1)
+		a.json = &l
+	}
+	err := a.run(ctx)
+	if ctx.Err() != nil {
+		// SIGTERM or SIGINT: a stop asked for is a clean stop (exit 0),
+		// and the last line says it happened, whatever the agent was doing.
+		a.say("stopped by a signal (SIGTERM or SIGINT)")
+		return nil
+	}
+	return err
+}
+
+func (a *agent) run(ctx context.Context) error {
+	cfg := a.cfg
 	unlock, err := a.dir.lock()
 	if err != nil {
 		return err
@@ -68,6 +88,9 @@ func Run(ctx context.Context, cfg Config) error {
 	// those lines take the agent's format too, so every line has the same
 	// timestamp and prefix.
 	klog.SetLogger(logr.New(&sayLogger{say: a.say}))
+	if err := checkServerURL(cfg.Server); err != nil {
+		return err
+	}
 	if cfg.TokenOnCommandLine {
 		a.say("WARNING: --token is readable by every local user in /proc/%d/cmdline while the agent runs; "+
 			"use --token-file FILE or $MUSTER_TOKEN instead", os.Getpid())
@@ -119,11 +142,17 @@ type agent struct {
 	// gone receives why the server no longer accepts this machine's
 	// certificate (its Machine was deleted), once that is certain.
 	gone chan error
+	// json, when set, writes the agent's lines as JSON objects.
+	json *logr.Logger
 }
 
 // say writes one line of the agent's account, timestamped: an operator
 // lines it up with the server's log to see what happened when.
 func (a *agent) say(format string, args ...interface{}) {
+	if a.json != nil {
+		a.json.Info(fmt.Sprintf(format, args...))
+		return
+	}
 	fmt.Fprintf(a.cfg.Out, "%s muster-agent: "+format+"\n",
 		append([]interface{}{time.Now().UTC().Format("2006-01-02T15:04:05.000Z")}, args...)...)
 }
@@ -214,7 +243,7 @@ func (a *agent) credential(ctx context.Context) (string, error) {
 		}
 	}
 	backoff := time.Second
-	for {
+	for tries := 1; ; tries++ {
 		machine, err := a.join(ctx, id)
 		if err == nil {
 			return machine, nil
@@ -230,6 +259,11 @@ func (a *agent) credential(ctx context.Context) (string, error) {
 		}
 		wait := retryWait(err, backoff)
 		a.say("joining failed: %v; retrying in %s", err, wait.Round(time.Millisecond))
+		var status apierrors.APIStatus
+		if hint := portHint(a.cfg.Server); hint != "" && tries%10 == 3 && !errors.As(err, &status) {
+			// Unreachable, not refused: likely the wrong port.
+			a.say("%s", hint)
+		}
 		select {
 		case <-ctx.Done():
 			return "", ctx.Err()
@@ -292,6 +326,12 @@ func (a *agent) join(ctx context.Context, id nodeCredentials) (string, error) {
 		return "", err
 	}
 	granted, keyPEM, err := a.request(ctx, bootstrap, id)
+	var refusal *fatalError
+	if errors.As(err, &refusal) && apierrors.IsUnauthorized(refusal.err) {
+		// 401 to a join token: its id is unknown or its secret wrong
+		// (which of the two, the server does not say).
+		return "", fatal("the server does not know this join token, id %s (check it, or create a new one with 'muster-server token create')", tok.ID)
+	}
 	if err != nil {
 		return "", err
 	}

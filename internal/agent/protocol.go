@@ -93,7 +93,13 @@ func Register(ctx context.Context, c versioned.Interface, id Registration, say f
 	if err == nil && created.Status.Phase == api.RegistrationPhaseGranted {
 		return created, keyPEM, nil
 	}
-	say("waiting for the registration to be granted")
+	if err == nil {
+		// Not granted in its own request: the token asks for an
+		// operator's approval, and the operator needs the node's name.
+		say("waiting for the registration %s of node %s to be approved: muster-server registration approve %s", reg.Name, id.NodeName, id.NodeName)
+	} else {
+		say("waiting for the registration %s to be granted", reg.Name)
+	}
 	// Poll briskly at first (a grant takes milliseconds), then back off
 	// for registrations that wait for an operator.
 	interval := 100 * time.Millisecond

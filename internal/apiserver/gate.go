@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/caller"
+	"github.com/muster-io/muster/internal/jointoken"
 )
 
 const (
@@ -88,7 +89,7 @@ func (g *credentialGate) wrap(next http.Handler) http.Handler {
 				return
 			}
 			if !known {
-				g.failures.record(client)
+				g.failures.record(client, tokenID(token))
 				g.refuse(w, r, apierrors.NewUnauthorized("Unauthorized: this join token is not known to the server (wrong, mistyped or deleted); check it, or create one with 'muster-server token create'"))
 				return
 			}
@@ -206,7 +207,17 @@ func (l *failureLimiter) blocked(client string) time.Duration {
 	return max(0, w.start.Add(l.window).Sub(l.now()))
 }
 
-func (l *failureLimiter) record(client string) {
+// tokenID is the public half of a bearer token, for the log: the id names
+// the token an operator gave out; the secret is never logged.
+func tokenID(bearer string) string {
+	tok, err := jointoken.Parse(bearer)
+	if err != nil {
+		return "<not a join token>"
+	}
+	return tok.ID
+}
+
+func (l *failureLimiter) record(client, tokenID string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
@@ -231,7 +242,7 @@ func (l *failureLimiter) record(client string) {
 		return
 	}
 	klog.InfoS("Refused join tokens that are not known (sampled: one line per interval)",
-		"failures", l.unlogged, "clients", len(l.unloggedBy), "interval", authFailureLogEvery, "lastClient", client,
+		"failures", l.unlogged, "clients", len(l.unloggedBy), "interval", authFailureLogEvery, "lastClient", client, "lastTokenID", tokenID,
 		"limitPerClient", fmt.Sprintf("%d per %s", l.limit, l.window))
 	l.lastLog, l.unlogged = now, 0
 	clear(l.unloggedBy)

@@ -182,7 +182,7 @@ func TestFailureLimiterWindow(t *testing.T) {
 	for i, s := range steps {
 		now = now.Add(s.advance)
 		if s.record {
-			l.record("c")
+			l.record("c", "abcdef")
 		}
 		if got := l.blocked("c") > 0; got != s.blocked {
 			t.Errorf("step %d: blocked %v, want %v", i, got, s.blocked)

@@ -25,6 +25,7 @@ import (
 	"github.com/k3s-io/kine/pkg/endpoint"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/klog/v2"
 )
 
 const (
@@ -34,6 +35,9 @@ const (
 	APIServerCompactionInterval = time.Duration(0)
 	// connectTimeout bounds how long Open waits for PostgreSQL before it gives up.
 	connectTimeout = 20 * time.Second
+	// waitingSayEvery is how often a server still dialling its datastore
+	// says so.
+	waitingSayEvery = 5 * time.Second
 )
 
 // Config selects and tunes the datastore.
@@ -69,6 +73,7 @@ func Open(ctx context.Context, cfg Config) (*Datastore, error) {
 		return nil, fmt.Errorf("cannot create data dir %s: %w; choose a writable --data-dir", cfg.DataDir, err)
 	}
 
+	routeKineLogs()
 	ds := &Datastore{backend: kind}
 	kineEndpoint := cfg.Endpoint
 	switch kind {
@@ -204,6 +209,7 @@ func pingPostgres(ctx context.Context, dsn string) error {
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	var last error
+	nextSay := time.Now().Add(waitingSayEvery)
 	for {
 		// The database itself may not exist yet (kine creates it), so probe
 		// the server through the maintenance database.
@@ -215,6 +221,12 @@ func pingPostgres(ctx context.Context, dsn string) error {
 			return nil
 		}
 		last = err
+		if time.Now().After(nextSay) {
+			// A server that says nothing while it dials looks hung: the
+			// operator sees what it waits for and why it cannot get it.
+			klog.Warningf("still waiting for the datastore at %s (password redacted): %s", redact(dsn, dsn), redact(err.Error(), dsn))
+			nextSay = time.Now().Add(waitingSayEvery)
+		}
 		select {
 		case <-cctx.Done():
 			return fmt.Errorf("cannot reach PostgreSQL at %s within %s: %s; check that it is running and that --datastore-endpoint has the right host, port, user and password",

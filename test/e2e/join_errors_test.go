@@ -49,8 +49,8 @@ func TestJoinBadInputs(t *testing.T) {
 		want  []string
 	}{
 		{"malformed token", "not-a-token", nil, []string{"malformed join token"}},
-		{"unknown token id", "K10" + caHash + "::zzzzzz." + strings.Repeat("a", 32), nil, []string{"Unauthorized"}},
-		{"wrong secret", "K10" + caHash + "::" + goodID + "." + strings.Repeat("b", 32), nil, []string{"Unauthorized"}},
+		{"unknown token id", "K10" + caHash + "::zzzzzz." + strings.Repeat("a", 32), nil, []string{"the server does not know this join token, id zzzzzz", "muster-server token create"}},
+		{"wrong secret", "K10" + caHash + "::" + goodID + "." + strings.Repeat("b", 32), nil, []string{"the server does not know this join token", "muster-server token create"}},
 		{"expired token", expired, nil, []string{"expired", "muster-server token create"}},
 		{"revoked token", revoked, nil, []string{"revoked", "muster-server token create"}},
 		{"wrong CA hash", "K10" + strings.Repeat("0", 64) + "::" + goodID + "." + strings.Repeat("c", 32), nil, []string{"does not match", "refusing to send any credential"}},
