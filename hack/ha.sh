@@ -48,10 +48,11 @@ start)
   done
   for i in 2 3; do server_up "$i" || die "server $i did not become ready; see $dir/server$i.log"; done
   "$SERVER" --data-dir "$dir/server1" kubeconfig --output "$dir/admin.kubeconfig"
-  jointoken=$("$SERVER" --data-dir "$dir/server1" token create --ttl 1h 2>/dev/null | tail -1)
+  # The join token goes to the agents in a 0600 file, never on their command lines.
+  (umask 077; "$SERVER" --data-dir "$dir/server1" token create --ttl 1h 2>/dev/null | tail -1 >"$dir/join-token")
   for n in $(seq 1 "$agents"); do
     [ -f "$dir/agent$n.pid" ] && kill -0 "$(cat "$dir/agent$n.pid")" 2>/dev/null && continue
-    nohup "$AGENT" --server "https://127.0.0.1:$port" --token "$jointoken" --node-name "ha-agent-$n" \
+    nohup "$AGENT" --server "https://127.0.0.1:$port" --token-file "$dir/join-token" --node-name "ha-agent-$n" \
       --data-dir "$dir/agent$n" >"$dir/agent$n.log" 2>&1 &
     echo $! >"$dir/agent$n.pid"
   done

@@ -101,7 +101,7 @@ func testEvents(t *testing.T, endpoint string) {
 
 	// An operator's denial.
 	d := startAgent(t, s, t.TempDir(), "--token", newToken(t, s, "--manual-approval"), "--node-name", "ev-4")
-	d.waitOutput("waiting for the registration to be granted", 30*time.Second)
+	d.waitOutput("to be approved: muster-server registration approve ev-4", 30*time.Second)
 	pending := strings.TrimSpace(s.mustKubectl("get", "clusterregistrations", "--field-selector", "spec.nodeName=ev-4", "-o", "jsonpath={.items[0].metadata.name}"))
 	s.muster(t, "registration", "deny", pending, "--message", "unknown hardware")
 	waitForEvent(t, s, "ev-4's denial", func(r string) bool {
