@@ -1,19 +1,17 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/jointoken"
 	"github.com/muster-io/muster/internal/kubeconfig"
+	"github.com/muster-io/muster/internal/printer"
 	"github.com/muster-io/muster/internal/server"
-	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
 
@@ -156,27 +154,11 @@ func newRegistrationCommand(cfg *server.Config) *cobra.Command {
 	return cmd
 }
 
-// printTokens prints the tokens as kubectl get -o json|yaml would, a List of
-// objects with their kinds.
+// printTokens prints the tokens as kubectl get -o json|yaml would.
 func printTokens(cmd *cobra.Command, c versioned.Interface, format string) error {
 	list, err := c.MusterV1alpha1().ClusterRegistrationTokens().List(cmd.Context(), metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("listing tokens: %w", err)
 	}
-	list.APIVersion, list.Kind = "v1", "List"
-	for i := range list.Items {
-		list.Items[i].APIVersion, list.Items[i].Kind = api.SchemeGroupVersion.String(), "ClusterRegistrationToken"
-	}
-	var b []byte
-	if format == "json" {
-		b, err = json.MarshalIndent(list, "", "    ")
-		b = append(b, '\n')
-	} else {
-		b, err = yaml.Marshal(list)
-	}
-	if err != nil {
-		return err
-	}
-	_, err = cmd.OutOrStdout().Write(b)
-	return err
+	return printer.List(cmd.OutOrStdout(), list, "ClusterRegistrationToken", format)
 }

@@ -2,7 +2,6 @@ package join
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -13,8 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
-	"sigs.k8s.io/yaml"
 
+	"github.com/muster-io/muster/internal/printer"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
@@ -83,22 +82,8 @@ func ListRegistrations(ctx context.Context, c versioned.Interface, w io.Writer, 
 	})
 	switch format {
 	case "json", "yaml":
-		list.APIVersion, list.Kind = "v1", "List"
-		for i := range list.Items {
-			list.Items[i].APIVersion, list.Items[i].Kind = api.SchemeGroupVersion.String(), "ClusterRegistration"
-		}
-		var b []byte
-		if format == "json" {
-			b, err = json.MarshalIndent(list, "", "    ")
-			b = append(b, '\n')
-		} else {
-			b, err = yaml.Marshal(list)
-		}
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(b)
-		return err
+		list.Items = items
+		return printer.List(w, list, "ClusterRegistration", format)
 	case "":
 	default:
 		return fmt.Errorf("--output %q: give json or yaml, or leave it out for a table", format)
