@@ -43,6 +43,9 @@ const voidAfter = 15 * time.Second
 func (a *agent) heartbeat(ctx context.Context, c versioned.Interface, machine string) {
 	checkedIn := a.checkIn(ctx, c, machine)
 	var refusedSince, lostSince time.Time
+	// One timer for the agent's life, reset each beat.
+	timer := time.NewTimer(HeartbeatInterval)
+	defer timer.Stop()
 	for beat := 0; ; beat++ {
 		if !checkedIn {
 			checkedIn = a.checkIn(ctx, c, machine)
@@ -82,10 +85,11 @@ func (a *agent) heartbeat(ctx context.Context, c versioned.Interface, machine st
 		if beat%learnEvery == 0 {
 			a.learnServers(ctx, c)
 		}
+		timer.Reset(next)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(next):
+		case <-timer.C:
 		}
 	}
 }

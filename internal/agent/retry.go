@@ -31,13 +31,18 @@ func transient(err error) bool {
 	return true
 }
 
+// maxRetryAfter bounds the wait a server's Retry-After may ask for.
+const maxRetryAfter = 5 * time.Minute
+
 // retryWait is how long to wait before trying again after err: what the
 // server asked for in Retry-After (a server loading its caches or shedding
 // load knows best), else backoff with jitter, so a fleet restarting
 // together does not retry in lockstep.
 func retryWait(err error, backoff time.Duration) time.Duration {
 	if s, ok := apierrors.SuggestsClientDelay(err); ok && s > 0 {
-		d := time.Duration(s) * time.Second
+		// Bounded: whatever answers at the server's address must not
+		// stall a join or a renewal for hours.
+		d := min(time.Duration(s)*time.Second, maxRetryAfter)
 		return d + rand.N(d/10+1)
 	}
 	if backoff <= 0 {

@@ -330,7 +330,8 @@ func failureMessage(plan *api.MachinePlan) string {
 		break
 	}
 	if len(msg) > maxFailureMessage {
-		msg = msg[:maxFailureMessage-3] + "..."
+		// The agent wrote this text: cut it without splitting a character.
+		msg = strings.ToValidUTF8(msg[:maxFailureMessage-3], "") + "..."
 	}
 	return msg + "; see 'kubectl get machineplan " + plan.Name + " -o yaml' for the output"
 }
