@@ -24,7 +24,7 @@ LDFLAGS    = -X github.com/muster-io/muster/internal/version.Version=$(VERSION) 
 TEST_FLAGS ?= -p 1 -count=1 -timeout 45m
 
 # `make ha` starts PostgreSQL, three servers on 127.0.0.1-3 and agents (hack/ha.sh).
-.PHONY: all build run ha ha-stop test test-unit test-e2e vet fuzz generate verify-generated bench postgres-start postgres-stop clean
+.PHONY: all build run peer ha ha-stop test test-unit test-e2e vet fuzz generate verify-generated bench postgres-start postgres-stop clean
 
 all: build
 
@@ -37,6 +37,12 @@ run: build
 
 ha: build
 	hack/ha.sh start muster-ha $(or $(AGENTS),3)
+
+# The peer: a real kube-apiserver v1.37.2 and a standalone kine, built from
+# the Go module proxy in their own modules (hack/peer/) into a cache dir
+# outside the checkout; aggregated-mode tests and bench-peer run them.
+peer:
+	hack/peer.sh
 
 ha-stop:
 	hack/ha.sh stop muster-ha

@@ -21,7 +21,7 @@ func main() {
 }
 
 func newRootCommand() *cobra.Command {
-	cfg := agent.Config{Out: os.Stdout}
+	cfg := agent.Config{Out: os.Stdout, OwnsKlog: true}
 	var labels []string
 	hostname, _ := os.Hostname()
 	dataDir := "muster-agent-data"
@@ -47,7 +47,10 @@ func newRootCommand() *cobra.Command {
 				return err
 			}
 			if cfg.Server == "" {
-				return fmt.Errorf("--server is required, e.g. --server https://10.0.0.1:9443")
+				cfg.Server = os.Getenv("MUSTER_URL")
+			}
+			if cfg.Server == "" {
+				return fmt.Errorf("--server (or $MUSTER_URL) is required, e.g. --server https://10.0.0.1:9443")
 			}
 			cfg.NodeName = strings.ToLower(cfg.NodeName)
 			if cfg.Token != "" && cfg.TokenFile != "" {

@@ -53,6 +53,10 @@ type Config struct {
 	// LogFormat is "text" (timestamped lines) or "json" (one JSON object
 	// a line, as muster-server writes with --log-format json).
 	LogFormat string
+	// OwnsKlog routes klog (client-go's lines) into the agent's output. The
+	// muster-agent binary sets it; a muster-server running its host's agent
+	// in-process (--with-agent) keeps klog for its own log.
+	OwnsKlog bool
 	// Args is the agent's command line, to print the command that joins
 	// again once the Machine is deleted; nil prints a generic one.
 	Args []string
@@ -87,7 +91,9 @@ func (a *agent) run(ctx context.Context) error {
 	// client-go logs through klog (a watch ending, a retried request):
 	// those lines take the agent's format too, so every line has the same
 	// timestamp and prefix.
-	klog.SetLogger(logr.New(&sayLogger{say: a.say}))
+	if cfg.OwnsKlog {
+		klog.SetLogger(logr.New(&sayLogger{say: a.say}))
+	}
 	if err := checkServerURL(cfg.Server); err != nil {
 		return err
 	}

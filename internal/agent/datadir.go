@@ -98,3 +98,11 @@ func (d dataDir) credentials(nodeName string, withNodeID bool) (nodeCredentials,
 	}
 	return nodeCredentials{nodeName: nodeName, nodePassword: pw, clientID: id}, nil
 }
+
+// Joined says whether dir holds a machine certificate: an agent started
+// there needs no join token. muster-server --with-agent asks, so that it
+// mints a token for its own host only for the first join.
+func Joined(dir string) bool {
+	fi, err := os.Stat(dataDir(dir).path(certFile))
+	return err == nil && fi.Size() > 0
+}

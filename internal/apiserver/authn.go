@@ -1,12 +1,15 @@
 package apiserver
 
 import (
+	"net/http"
+
 	apiserverapi "k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/request/anonymous"
 	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
 	"k8s.io/apiserver/pkg/authentication/request/union"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 )
 
@@ -14,7 +17,9 @@ import (
 // cluster CA (CN is the user, O the groups), bearer tokens that tokens
 // recognises (join tokens), and anonymous requests only on the public paths,
 // so that an unauthenticated request anywhere else is a 401, not a 403.
-func newAuthenticator(clientCA dynamiccertificates.CAContentProvider, tokens authenticator.Token) authenticator.Request {
+// Extra public paths (publicPrefixes: exact, or a prefix when they end in
+// "/") are anonymous too.
+func newAuthenticator(clientCA dynamiccertificates.CAContentProvider, tokens authenticator.Token, publicPrefixes []string) authenticator.Request {
 	authenticators := []authenticator.Request{
 		newCachedCertAuthenticator(clientCA.VerifyOptions,
 			x509request.NewDynamic(clientCA.VerifyOptions, x509request.CommonNameUserConversion)),
@@ -28,5 +33,12 @@ func newAuthenticator(clientCA dynamiccertificates.CAContentProvider, tokens aut
 	}
 	// A union fails over to the next authenticator on "not mine"; the
 	// anonymous one answers only for the listed paths.
-	return union.NewFailOnError(union.New(authenticators...), anonymous.NewAuthenticator(conditions))
+	extra := Authorizer{PublicPaths: publicPrefixes}
+	anon := anonymous.NewAuthenticator(conditions)
+	return union.NewFailOnError(union.New(authenticators...), authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
+		if extra.isPublic(req.URL.Path) {
+			return &authenticator.Response{User: &user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.AllUnauthenticated}}}, true, nil
+		}
+		return anon.AuthenticateRequest(req)
+	}))
 }

@@ -24,6 +24,15 @@ func isPublicPath(path string) bool {
 	return false
 }
 
+func (a Authorizer) isPublic(path string) bool {
+	for _, p := range a.PublicPaths {
+		if path == p || (strings.HasSuffix(p, "/") && strings.HasPrefix(path, p)) {
+			return true
+		}
+	}
+	return false
+}
+
 // Authorizer decides every request. Rules are evaluated in order; the first
 // that decides wins, and anything no rule allows is denied.
 type Authorizer struct {
@@ -32,6 +41,9 @@ type Authorizer struct {
 	Rules []authorizer.AuthorizerFunc
 	// PeerPaths are non-resource paths the other servers may GET.
 	PeerPaths []string
+	// PublicPaths are more non-resource paths anyone may GET (the install
+	// script and the binaries it downloads); one ending in "/" is a prefix.
+	PublicPaths []string
 }
 
 // Authorize implements authorizer.Authorizer.
@@ -43,7 +55,7 @@ func (a Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) 
 			}
 		}
 	}
-	if !attrs.IsResourceRequest() && attrs.GetVerb() == "get" && isPublicPath(attrs.GetPath()) {
+	if !attrs.IsResourceRequest() && attrs.GetVerb() == "get" && (isPublicPath(attrs.GetPath()) || a.isPublic(attrs.GetPath())) {
 		return authorizer.DecisionAllow, "", nil
 	}
 	if !attrs.IsResourceRequest() && attrs.GetVerb() == "get" && caller.IsServer(attrs.GetUser()) {

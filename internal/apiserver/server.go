@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -77,6 +78,10 @@ type Config struct {
 	// PeerHandlers are non-resource paths served to the other servers of
 	// the deployment (group muster:servers) and to administrators only.
 	PeerHandlers map[string]http.Handler
+	// PublicHandlers are non-resource paths served to anyone, like
+	// /cacerts (the install script and its binaries); a path ending in "/"
+	// is a prefix.
+	PublicHandlers map[string]http.Handler
 	// Registrations builds the clusterregistrations resource on the
 	// registry's store of that kind (the join, internal/join); nil serves
 	// the plain store.
@@ -176,12 +181,16 @@ func New(cfg Config) (*Server, error) {
 	if err := rc.Authentication.ApplyClientCert(clientCA, rc.SecureServing); err != nil {
 		return nil, fmt.Errorf("configuring client certificates: %w", err)
 	}
-	rc.Authentication.Authenticator = newAuthenticator(clientCA, cfg.Tokens)
+	publicPaths := make([]string, 0, len(cfg.PublicHandlers))
+	for path := range cfg.PublicHandlers {
+		publicPaths = append(publicPaths, path)
+	}
+	rc.Authentication.Authenticator = newAuthenticator(clientCA, cfg.Tokens, publicPaths)
 	peerPaths := make([]string, 0, len(cfg.PeerHandlers))
 	for path := range cfg.PeerHandlers {
 		peerPaths = append(peerPaths, path)
 	}
-	rc.Authorization.Authorizer = authorizer.AuthorizerFunc(Authorizer{Rules: []authorizer.AuthorizerFunc{cfg.Agents.Authorize}, PeerPaths: peerPaths}.Authorize)
+	rc.Authorization.Authorizer = authorizer.AuthorizerFunc(Authorizer{Rules: []authorizer.AuthorizerFunc{cfg.Agents.Authorize}, PeerPaths: peerPaths, PublicPaths: publicPaths}.Authorize)
 	// The loopback client (controllers inside this process) authenticates as a
 	// privileged user with a random token that never leaves the process.
 	genericapiserver.AuthorizeClientBearerToken(rc.LoopbackClientConfig, &rc.Authentication, &rc.Authorization)
@@ -240,6 +249,13 @@ func New(cfg Config) (*Server, error) {
 	})
 	for path, h := range cfg.PeerHandlers {
 		generic.Handler.NonGoRestfulMux.Handle(path, h)
+	}
+	for path, h := range cfg.PublicHandlers {
+		if strings.HasSuffix(path, "/") {
+			generic.Handler.NonGoRestfulMux.HandlePrefix(path, h)
+		} else {
+			generic.Handler.NonGoRestfulMux.Handle(path, h)
+		}
 	}
 	return &Server{generic: generic, objects: objects}, nil
 }

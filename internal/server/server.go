@@ -16,6 +16,7 @@ import (
 
 	"github.com/muster-io/muster/internal/apiserver"
 	"github.com/muster-io/muster/internal/events"
+	"github.com/muster-io/muster/internal/install"
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/store"
@@ -55,6 +56,12 @@ type Config struct {
 	// MaxRequestsInFlight and MaxMutatingRequestsInFlight bound the
 	// requests served at once; zero for the defaults.
 	MaxRequestsInFlight, MaxMutatingRequestsInFlight int
+
+	// Install (k3s-style): AgentBinary is the muster-agent served at
+	// /assets/ for install.sh (empty: the one beside this executable);
+	// WithAgent also runs the agent of this server's own host.
+	AgentBinary string
+	WithAgent   bool
 }
 
 // defaultGCPercent is the garbage collector's target when GOGC is not set.
@@ -158,6 +165,7 @@ func run(ctx context.Context, cfg Config) error {
 		MaxRequestsInFlight:         cfg.MaxRequestsInFlight,
 		MaxMutatingRequestsInFlight: cfg.MaxMutatingRequestsInFlight,
 		PeerHandlers:                map[string]http.Handler{lifecycle.ReportPath: liveness},
+		PublicHandlers:              install.New(install.Config{AgentBinary: cfg.AgentBinary}).Paths(),
 		Registrations:               joins.Storage,
 		EventTTL:                    cfg.EventTTL,
 		LastHeard:                   liveness.LastSeen,
@@ -177,6 +185,15 @@ func run(ctx context.Context, cfg Config) error {
 	}
 	if err := api.AddPreShutdownHook("muster-step-down", ctl.stepDown); err != nil {
 		return err
+	}
+	if cfg.WithAgent {
+		serverURL := "https://" + advertised
+		if err := api.AddPostStartHook("muster-host-agent", func(ctx context.Context) error {
+			go runHostAgent(ctx, cfg, api.LoopbackConfig(), serverURL)
+			return nil
+		}); err != nil {
+			return err
+		}
 	}
 	klog.InfoS("muster-server starting", "server", self, "advertise", advertised, "dataDir", cfg.DataDir, "datastore", ds.Backend(),
 		"https", net.JoinHostPort(cfg.BindAddress, fmt.Sprint(cfg.HTTPSPort)), "adminKubeconfig", state.Files.AdminKubeconfig)

@@ -1,0 +1,23 @@
+#!/bin/sh
+# Builds the peer: a real kube-apiserver v1.37.2 and a standalone kine v0.17.5,
+# from the Go module proxy, each in its own module under hack/peer/ (never
+# muster's go.mod). Aggregated-mode tests run muster behind them, and
+# `make bench-peer` measures against them. The binaries land in a cache dir
+# outside the checkout, so that a CI machine builds them once:
+#   ${MUSTER_PEER_DIR:-$HOME/.cache/muster/peer/v1.37.2}/{kube-apiserver,kine}
+# Prints the directory. Does nothing for a binary already there.
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir=${MUSTER_PEER_DIR:-${HOME:-/root}/.cache/muster/peer/v1.37.2}
+mkdir -p "$dir"
+
+build() { # build NAME PACKAGE: hack/peer/NAME's module builds PACKAGE into $dir/NAME
+	[ -x "$dir/$1" ] && return 0
+	echo "peer: building $1 from the Go module proxy (minutes on a cold cache)" >&2
+	(cd "$root/hack/peer/$1" && go build -trimpath -o "$dir/$1.tmp.$$" "$2")
+	mv -f "$dir/$1.tmp.$$" "$dir/$1"
+}
+
+build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+build kine github.com/k3s-io/kine
+echo "$dir"

@@ -1,0 +1,256 @@
+#!/bin/sh
+# Muster's install script, served by every muster-server at /install.sh.
+#
+#   curl -sfL https://SERVER:9443/install.sh | sh -s - agent --token 'K10<ca-hash>::<id>.<secret>'
+#   curl -sfL https://SERVER:9443/install.sh | MUSTER_TOKEN_FILE=/root/token sh -s - agent --server https://SERVER:9443
+#   sh install.sh server [muster-server flags]
+#
+# The agent install trusts nothing it downloads until it is checked: it reads
+# the server's /cacerts without TLS verification, refuses unless its SHA-256
+# is the hash the join token pins, and then downloads the agent binary over
+# TLS verified against that CA and refuses unless the binary's SHA-256 is the
+# one the server publishes beside it. The join token goes into a 0600
+# environment file read by the service, never into the unit or a command line.
+#
+# Environment (k3s's conventions):
+#   MUSTER_URL                   server URL for the agent (or --server URL)
+#   MUSTER_TOKEN                 join token (agent) or server token (server) (or --token)
+#   MUSTER_TOKEN_FILE            file holding that token
+#   INSTALL_MUSTER_EXEC          extra flags for the service's command line (no secrets)
+#   INSTALL_MUSTER_SKIP_START    true: install, do not start
+#   INSTALL_MUSTER_SKIP_ENABLE   true: install, do not enable or start
+#   INSTALL_MUSTER_SKIP_DOWNLOAD true: use the binary already in the bin dir
+#   INSTALL_MUSTER_BIN_DIR       where binaries go (default /usr/local/bin)
+#   INSTALL_MUSTER_SYSTEMD_DIR   where the unit and its env file go (default /etc/systemd/system)
+#   INSTALL_MUSTER_DATA_DIR      the service's data dir (default /var/lib/muster/<agent|server>)
+#   INSTALL_MUSTER_INIT          systemd or openrc (default: what this host runs)
+set -eu
+
+info() { echo "[muster-install] $*"; }
+fatal() { echo "[muster-install] ERROR: $*" >&2; exit 1; }
+
+# --- arguments -------------------------------------------------------------
+cmd=${1:-}
+case "$cmd" in
+	agent | server) shift ;;
+	'' | -*) cmd=agent ;;
+	*) fatal "unknown command '$cmd': use 'agent' or 'server'" ;;
+esac
+
+token=${MUSTER_TOKEN:-}
+token_file=${MUSTER_TOKEN_FILE:-}
+url=${MUSTER_URL:-}
+extra=${INSTALL_MUSTER_EXEC:-}
+while [ $# -gt 0 ]; do
+	case "$1" in
+		--token) [ $# -ge 2 ] || fatal "--token needs a value"; token=$2; shift 2 ;;
+		--token=*) token=${1#--token=}; shift ;;
+		--token-file) [ $# -ge 2 ] || fatal "--token-file needs a value"; token_file=$2; shift 2 ;;
+		--token-file=*) token_file=${1#--token-file=}; shift ;;
+		--server) [ $# -ge 2 ] || fatal "--server needs a value"; url=$2; shift 2 ;;
+		--server=*) url=${1#--server=}; shift ;;
+		*)
+			case "$1" in *[!A-Za-z0-9_./:=,@+-]*) fatal "flag '$1' holds characters this script will not put in a unit file" ;; esac
+			extra="$extra $1"; shift ;;
+	esac
+done
+if [ -z "$token" ] && [ -n "$token_file" ]; then
+	[ -r "$token_file" ] || fatal "cannot read the token file $token_file"
+	token=$(tr -d ' \t\r\n' <"$token_file")
+fi
+
+bin_dir=${INSTALL_MUSTER_BIN_DIR:-/usr/local/bin}
+systemd_dir=${INSTALL_MUSTER_SYSTEMD_DIR:-/etc/systemd/system}
+data_dir=${INSTALL_MUSTER_DATA_DIR:-/var/lib/muster/$cmd}
+case "$data_dir" in /?*) ;; *) fatal "the data dir '$data_dir' must be an absolute path other than /" ;; esac
+name=muster-$cmd
+binary=$bin_dir/$name
+uninstall=$bin_dir/$name-uninstall.sh
+
+# --- platform --------------------------------------------------------------
+os=$(uname -s | tr '[:upper:]' '[:lower:]')
+case $(uname -m) in
+	x86_64 | amd64) arch=amd64 ;;
+	aarch64 | arm64) arch=arm64 ;;
+	armv7l | armv7*) arch=arm ;;
+	*) fatal "unsupported machine $(uname -m)" ;;
+esac
+
+init=${INSTALL_MUSTER_INIT:-}
+if [ -z "$init" ]; then
+	if [ -d /run/systemd/system ] || command -v systemctl >/dev/null 2>&1; then
+		init=systemd
+	elif [ -x /sbin/openrc-run ]; then
+		init=openrc
+	else
+		fatal "neither systemd nor openrc found: set INSTALL_MUSTER_INIT=systemd or openrc"
+	fi
+fi
+case "$init" in systemd | openrc) ;; *) fatal "INSTALL_MUSTER_INIT=$init: use systemd or openrc" ;; esac
+
+sha256() {
+	if command -v sha256sum >/dev/null 2>&1; then
+		sha256sum "$1" | cut -d' ' -f1
+	elif command -v shasum >/dev/null 2>&1; then
+		shasum -a 256 "$1" | cut -d' ' -f1
+	else
+		openssl dgst -sha256 "$1" | sed 's/^.*= //'
+	fi
+}
+
+# download URL DEST [CAFILE]: without CAFILE the server is not verified, which
+# only /cacerts may be, since its hash is checked against the token next.
+download() {
+	if command -v curl >/dev/null 2>&1; then
+		if [ -n "${3:-}" ]; then curl -fsSL --cacert "$3" -o "$2" "$1"; else curl -fsSLk -o "$2" "$1"; fi
+	elif command -v wget >/dev/null 2>&1; then
+		if [ -n "${3:-}" ]; then wget -qO "$2" --ca-certificate="$3" "$1"; else wget -qO "$2" --no-check-certificate "$1"; fi
+	else
+		fatal "neither curl nor wget found"
+	fi
+}
+
+tmp=$(mktemp -d)
+cleanup() { rm -rf "$tmp"; }
+trap cleanup EXIT INT TERM
+umask 077
+
+# --- trust: pin the CA, then verify the binary -----------------------------
+fetch_binary() {
+	[ -n "$url" ] || fatal "no server URL: give --server https://SERVER:9443 or MUSTER_URL"
+	url=${url%/}
+	case "$url" in https://*) ;; *) fatal "the server URL $url must start with https://" ;; esac
+	case "$token" in
+		K10*::*) pinned=${token#K10}; pinned=${pinned%%::*} ;;
+		'') fatal "no token: give --token 'K10…', MUSTER_TOKEN or MUSTER_TOKEN_FILE" ;;
+		*) fatal "the token is not a full join token (K10<ca-hash>::<id>.<secret>): the script needs the CA hash in it to trust the server" ;;
+	esac
+	case "$pinned" in *[!0-9a-f]*) fatal "the token's CA hash '$pinned' is not lowercase hex" ;; esac
+	[ ${#pinned} -eq 64 ] || fatal "the token's CA hash has ${#pinned} characters, not 64"
+
+	download "$url/cacerts" "$tmp/ca.crt" || fatal "cannot read $url/cacerts"
+	got=$(sha256 "$tmp/ca.crt")
+	[ "$got" = "$pinned" ] || fatal "the CA served by $url has hash $got but the token pins $pinned: refusing to trust this server (wrong server, or someone in between); nothing was downloaded or installed"
+	info "the CA of $url matches the token's hash"
+
+	asset=$name-$os-$arch
+	download "$url/assets/$asset.sha256" "$tmp/sha" "$tmp/ca.crt" || fatal "cannot read $url/assets/$asset.sha256 (does the server serve $asset?)"
+	want=$(cut -d' ' -f1 <"$tmp/sha")
+	download "$url/assets/$asset" "$tmp/$name" "$tmp/ca.crt" || fatal "cannot download $url/assets/$asset"
+	got=$(sha256 "$tmp/$name")
+	[ "$got" = "$want" ] || fatal "the downloaded $asset has SHA-256 $got, not the $want the server publishes: refusing to install it"
+	info "downloaded $asset, SHA-256 verified"
+	mkdir -p "$bin_dir"
+	chmod 0755 "$tmp/$name"
+	mv -f "$tmp/$name" "$binary"
+}
+
+if [ "${INSTALL_MUSTER_SKIP_DOWNLOAD:-}" = true ]; then
+	[ -x "$binary" ] || fatal "INSTALL_MUSTER_SKIP_DOWNLOAD=true but $binary is not there"
+elif [ "$cmd" = agent ]; then
+	fetch_binary
+else
+	[ -x "$binary" ] || fatal "put muster-server in $bin_dir first and set INSTALL_MUSTER_SKIP_DOWNLOAD=true"
+fi
+
+# --- service ---------------------------------------------------------------
+if [ "$cmd" = agent ]; then
+	[ -n "$url" ] || fatal "no server URL: give --server https://SERVER:9443 or MUSTER_URL"
+	exec_line="$binary --server $url --data-dir $data_dir$extra"
+else
+	exec_line="$binary --data-dir $data_dir --with-agent$extra"
+fi
+
+if [ "$init" = systemd ]; then
+	unit=$systemd_dir/$name.service
+	env_file=$systemd_dir/$name.service.env
+else
+	unit=/etc/init.d/$name
+	env_file=/etc/conf.d/$name.env
+	[ -z "${INSTALL_MUSTER_SYSTEMD_DIR:-}" ] || { unit=$systemd_dir/$name; env_file=$systemd_dir/$name.env; }
+fi
+mkdir -p "$(dirname "$unit")" "$(dirname "$env_file")"
+
+# The token lives only here: 0600, read by the service manager.
+rm -f "$env_file"
+: >"$env_file"
+chmod 0600 "$env_file"
+if [ -n "$token" ]; then printf 'MUSTER_TOKEN=%s\n' "$token" >>"$env_file"; fi
+umask 022
+
+if [ "$init" = systemd ]; then
+	cat >"$unit" <<EOF
+[Unit]
+Description=Muster $cmd
+Documentation=https://github.com/muster-io/muster
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+Type=simple
+EnvironmentFile=-$env_file
+ExecStart=$exec_line
+KillMode=mixed
+Restart=always
+RestartSec=5s
+LimitNOFILE=1048576
+
+[Install]
+WantedBy=multi-user.target
+EOF
+else
+	cat >"$unit" <<EOF
+#!/sbin/openrc-run
+description="Muster $cmd"
+command="$binary"
+command_args="${exec_line#"$binary" }"
+command_background=true
+pidfile="/run/$name.pid"
+output_log="/var/log/$name.log"
+error_log="/var/log/$name.log"
+depend() { need net; }
+start_pre() { set -a; . "$env_file"; set +a; }
+EOF
+	chmod 0755 "$unit"
+fi
+info "installed $binary, $unit, $env_file (0600)"
+
+# --- uninstall script: removes exactly what was installed ------------------
+if [ "$init" = systemd ]; then
+	stop="if [ -d /run/systemd/system ]; then systemctl disable --now $name.service 2>/dev/null || true; fi"
+	reload="if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi"
+else
+	stop="if [ -x /sbin/openrc-run ]; then rc-service $name stop 2>/dev/null || true; rc-update delete $name default 2>/dev/null || true; fi"
+	reload=":"
+fi
+cat >"$uninstall" <<EOF
+#!/bin/sh
+# Removes what install.sh installed for $name.
+set -u
+[ "\$(id -u)" -eq 0 ] || [ -n "\${INSTALL_MUSTER_ALLOW_NONROOT:-}" ] || { echo "run as root" >&2; exit 1; }
+$stop
+rm -f "$unit" "$env_file" "$binary"
+rm -rf "$data_dir"
+$reload
+rm -f "$uninstall"
+echo "[muster-install] removed $name"
+EOF
+chmod 0755 "$uninstall"
+
+# --- start -----------------------------------------------------------------
+if [ "${INSTALL_MUSTER_SKIP_ENABLE:-}" = true ]; then
+	info "not enabling or starting $name (INSTALL_MUSTER_SKIP_ENABLE)"
+	exit 0
+fi
+if [ "$init" = systemd ]; then
+	if [ -d /run/systemd/system ]; then
+		systemctl daemon-reload
+		systemctl enable "$name.service"
+		if [ "${INSTALL_MUSTER_SKIP_START:-}" != true ]; then systemctl restart "$name.service"; info "started $name"; fi
+	else
+		info "systemd is not running here: enable $name.service when it is"
+	fi
+else
+	rc-update add "$name" default >/dev/null
+	if [ "${INSTALL_MUSTER_SKIP_START:-}" != true ]; then rc-service "$name" restart; info "started $name"; fi
+fi
