@@ -133,6 +133,12 @@ var (
 		StabilityLevel: compbase.ALPHA,
 	})
 
+	tokenFailures = compbase.NewCounterVec(&compbase.CounterOpts{
+		Namespace: namespace, Name: "join_token_failures_total",
+		Help:           "Requests with a join token this server refused before any handler: unknown (wrong or deleted token, 401), blocked (the client address failed too often, 429), busy (too many refusals waiting at once, 429).",
+		StabilityLevel: compbase.ALPHA,
+	}, []string{"result"})
+
 	leader = compbase.NewGaugeVec(&compbase.GaugeOpts{
 		Namespace: namespace, Name: "controller_leader",
 		Help:           "1 while this server holds the controller lease named by the lease label (and runs its controllers), 0 otherwise.",
@@ -153,7 +159,7 @@ var registerOnce sync.Once
 func Register() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(registrations, joinDuration, transitions, planApplications, planDuration,
-			heartbeats, tokenUses, leader, datastoreErrors)
+			heartbeats, tokenUses, tokenFailures, leader, datastoreErrors)
 		legacyregistry.CustomMustRegister(fleet)
 		// Series an alert or a dashboard compares against exist from the
 		// start, at zero, rather than appearing with the first event.
@@ -162,6 +168,9 @@ func Register() {
 		}
 		for _, r := range []string{HeartbeatAccepted, HeartbeatRefused} {
 			heartbeats.WithLabelValues(r)
+		}
+		for _, r := range []string{TokenUnknown, TokenBlocked, TokenBusy} {
+			tokenFailures.WithLabelValues(r)
 		}
 		registrations.WithLabelValues(OutcomeGranted, ReasonJoinToken)
 		registrations.WithLabelValues(OutcomeDenied, ReasonDeniedByOperator)
@@ -208,6 +217,16 @@ func PlanFinished(outcome string, took time.Duration) {
 
 // Heartbeat counts a heartbeat with its result.
 func Heartbeat(result string) { heartbeats.WithLabelValues(result).Inc() }
+
+// Join-token failures (TokenFailed's result).
+const (
+	TokenUnknown = "unknown"
+	TokenBlocked = "blocked"
+	TokenBusy    = "busy"
+)
+
+// TokenFailed counts a request whose join token was refused, with why.
+func TokenFailed(result string) { tokenFailures.WithLabelValues(result).Inc() }
 
 // TokenUsed counts one registration granted with a join token.
 func TokenUsed() { tokenUses.Inc() }

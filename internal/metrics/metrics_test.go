@@ -212,6 +212,7 @@ func touchAll() {
 	PlanFinished(PlanApplied, time.Second)
 	Heartbeat(HeartbeatAccepted)
 	TokenUsed()
+	TokenFailed(TokenUnknown)
 	Leading("muster-controllers", true)
 	DatastoreError("machines", "get")
 	SetConnectedAgents(func() int { return 1 })
@@ -277,7 +278,7 @@ func TestNamingConventions(t *testing.T) {
 			t.Errorf("%s: a duration not in seconds", name)
 		}
 	}
-	if n != 11 {
-		t.Errorf("%d muster_ metrics exposed, want the 11 of docs/metrics.md", n)
+	if n != 12 {
+		t.Errorf("%d muster_ metrics exposed, want the 12 of docs/metrics.md", n)
 	}
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -74,6 +75,13 @@ func TestMetricsWithPrometheus(t *testing.T) {
 		t.Fatalf("denied agent: exit %d\n%s", code, out)
 	}
 
+	// One request with a join token the server does not know.
+	anon := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: s.caPool(), MinVersion: tls.VersionTLS12}}}
+	if code, _, _ := do(t, anon, s, http.MethodGet, "/apis/muster.io/v1alpha1/clusterregistrations", nil,
+		map[string]string{"Authorization": "Bearer abcdef.0123456789abcdef"}); code != http.StatusUnauthorized {
+		t.Errorf("an unknown join token: %d, want 401", code)
+	}
+
 	// One plan change, once every machine is Running.
 	c := adminClient(t, s)
 	waitFor(t, 60*time.Second, "20 Running machines", func() bool {
@@ -109,6 +117,8 @@ func TestMetricsWithPrometheus(t *testing.T) {
 		{`muster_registrations_total{outcome="denied",reason="DeniedByOperator"}`, 1},
 		{`muster_join_duration_seconds_count`, 20},
 		{`muster_join_token_uses_total`, 20},
+		{`muster_join_token_failures_total{result="unknown"}`, 1},
+		{`muster_join_token_failures_total{result="blocked"}`, 0},
 		{`muster_transitions_total{kind="Machine",from="Pending",to="Registering"}`, 20},
 		{`muster_transitions_total{kind="Machine",from="Registering",to="Bootstrapping"}`, 20},
 		{`muster_transitions_total{kind="Machine",from="Bootstrapping",to="Running"}`, 20},
