@@ -18,8 +18,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/muster-io/muster/internal/pki"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
@@ -27,7 +27,8 @@ import (
 const metricsReadersGroup = "muster:metrics-readers"
 
 // prometheusGroup is the group of Prometheus' certificate. TODO(metrics):
-// system:masters until the roles branch authorizes metricsReadersGroup.
+// the admin kubeconfig's system:masters until the roles branch brings
+// muster:metrics-readers and 'muster-server kubeconfig --group'.
 var prometheusGroup = "system:masters"
 
 // TestMetricsWithPrometheus: a real Prometheus (Debian's 2.42) scrapes the
@@ -222,32 +223,28 @@ func lookPath(t *testing.T, name string) string {
 	return p
 }
 
-// metricsReaderCert issues a client certificate in the metrics readers'
-// group from the server's CA and returns its files.
+// metricsReaderCert mints Prometheus' client certificate with
+// muster-server kubeconfig, as an operator would, and returns its files.
 func metricsReaderCert(t *testing.T, s *server) (certFile, keyFile string) {
 	t.Helper()
-	caCert, err := os.ReadFile(filepath.Join(s.dataDir, "tls", "ca.crt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	caKey, err := os.ReadFile(filepath.Join(s.dataDir, "tls", "ca.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := pki.LoadCA(caCert, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM, keyPEM, err := ca.IssueClient("prometheus", []string{prometheusGroup}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "prometheus.crt"), filepath.Join(dir, "prometheus.key")
-	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+	kubeconfigFile := filepath.Join(dir, "prometheus.kubeconfig")
+	args := []string{"kubeconfig", "--data-dir", s.dataDir, "--output", kubeconfigFile}
+	if out, err := exec.Command(serverBin, args...).CombinedOutput(); err != nil {
+		t.Fatalf("muster-server %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfigFile)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+	if len(cfg.CertData) == 0 || len(cfg.KeyData) == 0 {
+		t.Fatalf("%s carries no client certificate and key", kubeconfigFile)
+	}
+	certFile, keyFile = filepath.Join(dir, "prometheus.crt"), filepath.Join(dir, "prometheus.key")
+	if err := os.WriteFile(certFile, cfg.CertData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, cfg.KeyData, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return certFile, keyFile
