@@ -4,6 +4,7 @@ package main
 
 import (
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -11,6 +12,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
+	"github.com/muster-io/muster/internal/bootstrap"
+	"github.com/muster-io/muster/internal/caller"
 	"github.com/muster-io/muster/internal/events"
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/kubeconfig"
@@ -85,18 +88,36 @@ certificate, a server token and an admin kubeconfig there.`,
 }
 
 func newKubeconfigCommand(cfg *server.Config) *cobra.Command {
-	var output string
+	var output, userName string
+	var groups []string
+	var validity time.Duration
 	cmd := &cobra.Command{
 		Use:   "kubeconfig",
-		Short: "Print or write the admin kubeconfig",
+		Short: "Print or write the admin kubeconfig, or mint a user's",
 		Long: `kubeconfig prints the admin kubeconfig of the server's data dir (--data-dir),
 or, when --data-dir is not given and $KUBECONFIG is set, the credential
 $KUBECONFIG selects, made self-contained. With --output FILE it writes FILE
 (mode 0600) whole or not at all; a shell redirection would leave an empty
-file behind if the command failed.`,
+file behind if the command failed.
+
+With --user NAME --group G it mints a client certificate for a person or a
+tool from the CA in --data-dir (so only on the server's host) and prints a
+kubeconfig holding it. Groups: system:masters (administrators),
+muster:operators, muster:viewers, muster:metrics-readers (docs/security.md,
+"Roles"). A certificate cannot be revoked before it expires: keep
+--validity short for people.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := credential(cmd, cfg, "").Flatten()
+			var b []byte
+			var err error
+			if userName != "" || len(groups) > 0 {
+				if err := caller.CheckUser(userName, groups); err != nil {
+					return err
+				}
+				b, err = bootstrap.UserKubeconfig(cfg.DataDir, userName, groups, validity)
+			} else {
+				b, err = credential(cmd, cfg, "").Flatten()
+			}
 			if err != nil {
 				return err
 			}
@@ -108,5 +129,8 @@ file behind if the command failed.`,
 		},
 	}
 	cmd.Flags().StringVar(&output, "output", "", "write the kubeconfig to this file (mode 0600) instead of standard output")
+	cmd.Flags().StringVar(&userName, "user", "", "mint a certificate for this user name (a person or a tool), from the CA in --data-dir")
+	cmd.Flags().StringSliceVar(&groups, "group", nil, "with --user: the user's group (repeatable): muster:viewers, muster:operators, muster:metrics-readers or system:masters")
+	cmd.Flags().DurationVar(&validity, "validity", 90*24*time.Hour, "with --user: how long the certificate is valid")
 	return cmd
 }

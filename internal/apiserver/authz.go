@@ -54,11 +54,14 @@ func (a Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) 
 		}
 		return authorizer.DecisionDeny, "a server's peer certificate may only read the paths servers serve each other", nil
 	}
+	if roleAllows(attrs) {
+		return authorizer.DecisionAllow, "", nil
+	}
 	for _, rule := range a.Rules {
 		decision, reason, err := rule(ctx, attrs)
 		if err != nil || decision != authorizer.DecisionNoOpinion {
 			return decision, reason, err
 		}
 	}
-	return authorizer.DecisionDeny, "muster grants this only to administrators (group system:masters)", nil
+	return authorizer.DecisionDeny, roleDenial(attrs), nil
 }

@@ -208,10 +208,14 @@ func AdminKubeconfig(state *State, serverURL string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin kubeconfig: reading the admin key: %w", err)
 	}
+	return kubeconfigFor(state.CA.CertPEM, serverURL, certPEM, keyPEM)
+}
+
+func kubeconfigFor(caPEM []byte, serverURL string, certPEM, keyPEM []byte) ([]byte, error) {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters[kubeconfigName] = &clientcmdapi.Cluster{
 		Server:                   serverURL,
-		CertificateAuthorityData: state.CA.CertPEM,
+		CertificateAuthorityData: caPEM,
 	}
 	cfg.AuthInfos[kubeconfigName] = &clientcmdapi.AuthInfo{
 		ClientCertificateData: certPEM,
@@ -224,9 +228,50 @@ func AdminKubeconfig(state *State, serverURL string) ([]byte, error) {
 	cfg.CurrentContext = kubeconfigName
 	out, err := clientcmd.Write(*cfg)
 	if err != nil {
-		return nil, fmt.Errorf("admin kubeconfig: encoding: %w", err)
+		return nil, fmt.Errorf("kubeconfig: encoding: %w", err)
 	}
 	return out, nil
+}
+
+// UserKubeconfig mints a client certificate for a person or tool (name,
+// groups) from the data dir's CA and returns a kubeconfig that points where
+// the admin kubeconfig points. Only who can read the CA key — the server's
+// host — can mint one, as with k3s. A minted certificate cannot be revoked
+// before it expires: keep validity short for people who may leave.
+func UserKubeconfig(dataDir, name string, groups []string, validity time.Duration) ([]byte, error) {
+	if validity <= 0 {
+		return nil, fmt.Errorf("validity %s: give how long the certificate may be used, such as 720h", validity)
+	}
+	files, err := Paths(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	certPEM, err := os.ReadFile(files.CACert)
+	if err != nil {
+		return nil, fmt.Errorf("reading the CA certificate: %w (run this on the server's host with its --data-dir)", err)
+	}
+	keyPEM, err := os.ReadFile(files.CAKey)
+	if err != nil {
+		return nil, fmt.Errorf("reading the CA key: %w (run this on the server's host with its --data-dir, as the user the server runs as)", err)
+	}
+	ca, err := pki.LoadCA(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("loading the CA from %s: %w", files.TLSDir, err)
+	}
+	admin, err := clientcmd.LoadFromFile(files.AdminKubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("reading the server's address from %s: %w (start muster-server once with --data-dir %s)", files.AdminKubeconfig, err, files.Dir)
+	}
+	cluster := admin.Clusters[kubeconfigName]
+	if cluster == nil || cluster.Server == "" {
+		return nil, fmt.Errorf("%s names no server: start muster-server once with --data-dir %s to rewrite it", files.AdminKubeconfig, files.Dir)
+	}
+	userCert, userKey, err := ca.IssueClient(name, groups, validity)
+	if err != nil {
+		return nil, fmt.Errorf("issuing the certificate of %q: %w", name, err)
+	}
+	klog.InfoS("Issued a user client certificate", "user", name, "groups", groups, "validity", validity)
+	return kubeconfigFor(ca.CertPEM, cluster.Server, userCert, userKey)
 }
 
 // ReadAdminKubeconfig returns the admin kubeconfig that Ensure wrote in dataDir.

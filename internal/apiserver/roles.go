@@ -1,0 +1,125 @@
+package apiserver
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"github.com/muster-io/muster/internal/caller"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
+
+// The built-in roles of standalone mode: what each group named in
+// internal/caller may do, as one table. Administrators (system:masters) are
+// allowed before it is read; behind a kube-apiserver its RBAC decides for
+// the users the aggregator sends.
+
+var (
+	readVerbs  = []string{"get", "list", "watch"}
+	writeVerbs = []string{"create", "update", "patch", "delete", "deletecollection"}
+	allVerbs   = append(slices.Clone(readVerbs), writeVerbs...)
+)
+
+// roleGrant allows groups the verbs on one resource (or non-resource path
+// prefix) of one API group. Subresource "*" is any subresource, "" none.
+type roleGrant struct {
+	groups      []string
+	apiGroup    string
+	resource    string
+	subresource string
+	verbs       []string
+	// path is a non-resource URL; it ends with "*" for a prefix.
+	path string
+}
+
+// readable is what viewers and operators may read. Join tokens and node
+// passwords are absent: their objects hold hashes of secrets.
+var readable = []string{"clusters", "clusterregistrations", "machines", "machineplans", "machineplansets", "machinepools", "serverendpoints", "controllerleases"}
+
+// roleGrants is every built-in role's permission, in one table.
+var roleGrants = func() []roleGrant {
+	both := []string{caller.ViewersGroup, caller.OperatorsGroup}
+	ops := []string{caller.OperatorsGroup}
+	var g []roleGrant
+	for _, r := range readable {
+		g = append(g, roleGrant{groups: both, apiGroup: api.GroupName, resource: r, subresource: "*", verbs: readVerbs})
+	}
+	g = append(g,
+		roleGrant{groups: both, apiGroup: "", resource: "events", subresource: "", verbs: readVerbs},
+		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "clusterregistrationtokens", subresource: "", verbs: allVerbs},
+		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "clusterregistrationtokens", subresource: "status", verbs: readVerbs},
+		// Approve and deny are writes of a registration's status phase; the
+		// registration's state machine refuses every other change.
+		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "clusterregistrations", subresource: "status", verbs: []string{"update", "patch"}},
+		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "clusterregistrations", subresource: "", verbs: []string{"delete"}},
+		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machineplans", subresource: "", verbs: writeVerbs},
+		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machineplansets", subresource: "", verbs: writeVerbs},
+		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machinepools", subresource: "", verbs: writeVerbs},
+		// Labels (roles that plan sets select on) and deletion; a Machine's
+		// status stays the server's and its agent's.
+		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machines", subresource: "", verbs: []string{"update", "patch", "delete"}},
+		roleGrant{groups: []string{caller.MetricsReadersGroup}, path: "/metrics", verbs: []string{"get"}},
+	)
+	// Discovery and the OpenAPI documents, which kubectl reads first.
+	for _, p := range []string{"/api", "/api/*", "/apis", "/apis/*", "/openapi/*"} {
+		g = append(g, roleGrant{groups: both, path: p, verbs: []string{"get"}})
+	}
+	return g
+}()
+
+func (r roleGrant) matches(attrs authorizer.Attributes) bool {
+	if !slices.Contains(r.verbs, attrs.GetVerb()) {
+		return false
+	}
+	if !attrs.IsResourceRequest() {
+		if r.path == "" {
+			return false
+		}
+		if prefix, ok := strings.CutSuffix(r.path, "*"); ok {
+			return strings.HasPrefix(attrs.GetPath(), prefix)
+		}
+		return attrs.GetPath() == r.path
+	}
+	return r.path == "" && attrs.GetAPIGroup() == r.apiGroup && attrs.GetResource() == r.resource &&
+		(r.subresource == "*" || attrs.GetSubresource() == r.subresource)
+}
+
+// roleAllows says whether a built-in role the caller holds allows the request.
+func roleAllows(attrs authorizer.Attributes) bool {
+	u := attrs.GetUser()
+	if u == nil {
+		return false
+	}
+	for _, g := range roleGrants {
+		if g.matches(attrs) && slices.ContainsFunc(u.GetGroups(), func(have string) bool { return slices.Contains(g.groups, have) }) {
+			return true
+		}
+	}
+	return false
+}
+
+// roleDenial says which groups would have been allowed, so that a refused
+// user knows whom to ask.
+func roleDenial(attrs authorizer.Attributes) string {
+	granted := []string{user.SystemPrivilegedGroup}
+	for _, g := range roleGrants {
+		if g.matches(attrs) {
+			for _, group := range g.groups {
+				if !slices.Contains(granted, group) {
+					granted = append(granted, group)
+				}
+			}
+		}
+	}
+	what := attrs.GetVerb() + " " + attrs.GetPath()
+	if attrs.IsResourceRequest() {
+		what = attrs.GetVerb() + " " + attrs.GetResource()
+		if attrs.GetSubresource() != "" {
+			what += "/" + attrs.GetSubresource()
+		}
+	}
+	return fmt.Sprintf("muster grants %s only to groups %s", what, strings.Join(granted, ", "))
+}

@@ -1,0 +1,56 @@
+package caller
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apiserver/pkg/authentication/user"
+)
+
+// The built-in roles of standalone mode. A person holds one through the
+// group in the client certificate `muster-server kubeconfig --user NAME
+// --group G` mints. Behind a kube-apiserver, its RBAC decides instead.
+const (
+	// ViewersGroup reads everything but secrets: never join tokens (their
+	// secret hashes) nor node passwords (their hashes).
+	ViewersGroup = "muster:viewers"
+	// OperatorsGroup runs the fleet day to day: join tokens, approving and
+	// denying registrations, plans, plan sets, pools, machine labels and
+	// deleting machines. It never changes what the servers own: server
+	// endpoints, controller leases, node passwords, or any status but a
+	// registration's decision.
+	OperatorsGroup = "muster:operators"
+	// MetricsReadersGroup may GET /metrics and nothing else, so Prometheus
+	// needs no administrator's certificate.
+	MetricsReadersGroup = "muster:metrics-readers"
+)
+
+// UserGroups are the groups a minted user certificate may carry: the
+// administrators' and the built-in roles'. Any other group would grant
+// nothing in standalone mode, so a typo is refused rather than minted.
+var UserGroups = []string{user.SystemPrivilegedGroup, OperatorsGroup, ViewersGroup, MetricsReadersGroup}
+
+// CheckUser refuses a user name or group set that a minted certificate must
+// not carry: a name that claims to be an agent, a bootstrap caller or a
+// server (the authorizer would treat it as one), or a group that is not a
+// built-in role.
+func CheckUser(name string, groups []string) error {
+	if strings.TrimSpace(name) == "" || len(name) > 64 {
+		return fmt.Errorf("user name %q: give a name of 1 to 64 characters that says who holds the certificate", name)
+	}
+	for _, reserved := range []string{bootstrapPrefix, machinePrefix, machineUIDPrefix, serverPrefix, "system:"} {
+		if strings.HasPrefix(name, reserved) {
+			return fmt.Errorf("user name %q: names starting with %q belong to agents, servers or Kubernetes itself; choose a person's or a tool's name", name, reserved)
+		}
+	}
+	if len(groups) == 0 {
+		return fmt.Errorf("no group: give --group with one of %s", strings.Join(UserGroups, ", "))
+	}
+	for _, g := range groups {
+		if !slices.Contains(UserGroups, g) {
+			return fmt.Errorf("group %q grants nothing here: give one of %s", g, strings.Join(UserGroups, ", "))
+		}
+	}
+	return nil
+}
