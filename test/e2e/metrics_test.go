@@ -20,16 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/muster-io/muster/internal/caller"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
-
-// metricsReadersGroup may GET /metrics and nothing else.
-const metricsReadersGroup = "muster:metrics-readers"
-
-// prometheusGroup is the group of Prometheus' certificate. TODO(metrics):
-// the admin kubeconfig's system:masters until the roles branch brings
-// muster:metrics-readers and 'muster-server kubeconfig --group'.
-var prometheusGroup = "system:masters"
 
 // TestMetricsWithPrometheus: a real Prometheus (Debian's 2.42) scrapes the
 // real server over TLS with a metrics-reader client certificate; after 20
@@ -45,10 +38,8 @@ func TestMetricsWithPrometheus(t *testing.T) {
 
 	// The reader's certificate reads /metrics and nothing else.
 	reader := certFileClient(t, s, certFile, keyFile)
-	if prometheusGroup == metricsReadersGroup {
-		if code, _, _ := do(t, reader, s, http.MethodGet, "/apis/muster.io/v1alpha1/machines", nil, nil); code != http.StatusForbidden {
-			t.Errorf("a metrics reader listing machines: %d, want 403", code)
-		}
+	if code, _, _ := do(t, reader, s, http.MethodGet, "/apis/muster.io/v1alpha1/machines", nil, nil); code != http.StatusForbidden {
+		t.Errorf("a metrics reader listing machines: %d, want 403", code)
 	}
 
 	promPort := freePort(t)
@@ -223,13 +214,14 @@ func lookPath(t *testing.T, name string) string {
 	return p
 }
 
-// metricsReaderCert mints Prometheus' client certificate with
-// muster-server kubeconfig, as an operator would, and returns its files.
+// metricsReaderCert mints Prometheus' client certificate, of group
+// muster:metrics-readers, with muster-server kubeconfig --user --group, as
+// an operator would, and returns its files.
 func metricsReaderCert(t *testing.T, s *server) (certFile, keyFile string) {
 	t.Helper()
 	dir := t.TempDir()
 	kubeconfigFile := filepath.Join(dir, "prometheus.kubeconfig")
-	args := []string{"kubeconfig", "--data-dir", s.dataDir, "--output", kubeconfigFile}
+	args := []string{"kubeconfig", "--data-dir", s.dataDir, "--user", "prometheus", "--group", caller.MetricsReadersGroup, "--output", kubeconfigFile}
 	if out, err := exec.Command(serverBin, args...).CombinedOutput(); err != nil {
 		t.Fatalf("muster-server %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
