@@ -16,6 +16,7 @@ import (
 
 	"github.com/muster-io/muster/internal/caller"
 	"github.com/muster-io/muster/internal/jointoken"
+	"github.com/muster-io/muster/internal/metrics"
 )
 
 const (
@@ -74,6 +75,7 @@ func (g *credentialGate) wrap(next http.Handler) http.Handler {
 		if token, ok := bearerToken(r); ok && (g.loopback == "" || subtle.ConstantTimeCompare([]byte(token), []byte(g.loopback)) != 1) {
 			client := clientAddress(r)
 			if wait := g.failures.blocked(client); wait > 0 {
+				metrics.TokenFailed(metrics.TokenBlocked)
 				secs := int(wait/time.Second) + 1
 				g.refuse(w, r, apierrors.NewTooManyRequests(fmt.Sprintf(
 					"too many failed join-token authentications from %s: retry in %ds with a valid token; create one with 'muster-server token create'", client, secs), secs))
@@ -85,10 +87,12 @@ func (g *credentialGate) wrap(next http.Handler) http.Handler {
 			}
 			known, busy := g.authenticates(r.Context(), token)
 			if busy {
+				metrics.TokenFailed(metrics.TokenBusy)
 				g.refuse(w, r, apierrors.NewTooManyRequests("too many failed join-token authentications at once: retry in a second with a valid token", 1))
 				return
 			}
 			if !known {
+				metrics.TokenFailed(metrics.TokenUnknown)
 				g.failures.record(client, tokenID(token))
 				g.refuse(w, r, apierrors.NewUnauthorized("Unauthorized: this join token is not known to the server (wrong, mistyped or deleted); check it, or create one with 'muster-server token create'"))
 				return

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 
+	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
@@ -38,6 +39,7 @@ func withHeartbeats(chain http.Handler, c *genericapiserver.Config, observe func
 		}
 		resp, ok, err := authn.AuthenticateRequest(r)
 		if err != nil || !ok {
+			metrics.Heartbeat(metrics.HeartbeatRefused)
 			refuse(w, r, apierrors.NewUnauthorized("a heartbeat needs the machine certificate the agent was granted"))
 			return
 		}
@@ -48,12 +50,14 @@ func withHeartbeats(chain http.Handler, c *genericapiserver.Config, observe func
 			return
 		}
 		if decision != authorizer.DecisionAllow {
+			metrics.Heartbeat(metrics.HeartbeatRefused)
 			refuse(w, r, apierrors.NewForbidden(schema.GroupResource{}, "", fmt.Errorf("%s", reason)))
 			return
 		}
 		if observe != nil {
 			observe(resp.User)
 		}
+		metrics.Heartbeat(metrics.HeartbeatAccepted)
 		w.WriteHeader(http.StatusNoContent)
 	})
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/internal/pki"
 	"github.com/muster-io/muster/internal/registry"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
@@ -144,8 +145,10 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 
 // deny records a refusal on a registration that waits.
 func (c *Controller) deny(ctx context.Context, name string, refusal *Refusal) error {
+	wrote := false
 	denied, err := c.objects.UpdateRegistrationStatus(ctx, name, func(r *api.ClusterRegistration) bool {
-		if r.Status.Phase != api.RegistrationPhasePending && r.Status.Phase != api.RegistrationPhaseApproved {
+		wrote = r.Status.Phase == api.RegistrationPhasePending || r.Status.Phase == api.RegistrationPhaseApproved
+		if !wrote {
 			return false
 		}
 		r.Status.Phase, r.Status.Reason, r.Status.Message = api.RegistrationPhaseDenied, refusal.Reason, refusal.Message
@@ -154,6 +157,9 @@ func (c *Controller) deny(ctx context.Context, name string, refusal *Refusal) er
 	if err == nil {
 		klog.InfoS("Registration denied", "registration", name, "reason", refusal.Reason)
 		c.granter.recordRefusal(denied, refusal)
+		if wrote {
+			metrics.Registration(metrics.OutcomeDenied, refusal.Reason)
+		}
 	}
 	return err
 }
@@ -180,17 +186,19 @@ func (c *Controller) grant(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	wrote := false
 	_, err = c.objects.UpdateRegistrationStatus(ctx, name, func(r *api.ClusterRegistration) bool {
-		if r.Status.Phase != api.RegistrationPhaseApproved {
+		if wrote = r.Status.Phase == api.RegistrationPhaseApproved; !wrote {
 			return false
 		}
 		r.Status.Phase, r.Status.Reason, r.Status.Message = api.RegistrationPhaseGranted, "Granted", ""
 		r.Status.Cluster, r.Status.Machine, r.Status.Certificate = got.cluster, got.machine, got.certificate
 		return true
 	})
-	if err == nil {
+	if err == nil && wrote {
 		klog.InfoS("Registration granted", "registration", name, "machine", got.machine, "cluster", got.cluster)
 		c.granter.recordGrant(reg, got)
+		metrics.Registration(metrics.OutcomeGranted, metrics.ReasonApprovedByOperator)
 	}
 	return err
 }

@@ -4,8 +4,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/muster-io/muster/internal/metrics"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
@@ -57,8 +59,14 @@ const recentDecision = time.Minute
 // API, and the controller is the first of the server to see it.
 func (g *Granter) recordOperatorDenial(reg *api.ClusterRegistration) {
 	n := len(reg.Status.Transitions)
-	if g.events == nil || reg.Status.Phase != api.RegistrationPhaseDenied || reg.Status.Reason != "DeniedByOperator" || n == 0 ||
+	if reg.Status.Phase != api.RegistrationPhaseDenied || reg.Status.Reason != "DeniedByOperator" || n == 0 ||
 		time.Since(reg.Status.Transitions[n-1].Time.Time) > recentDecision {
+		return
+	}
+	if g.firstSight(reg.UID) {
+		metrics.Registration(metrics.OutcomeDenied, metrics.ReasonDeniedByOperator)
+	}
+	if g.events == nil {
 		return
 	}
 	ref := &corev1.ObjectReference{APIVersion: api.SchemeGroupVersion.String(), Kind: "ClusterRegistration", Name: reg.Name, UID: reg.UID}
@@ -67,4 +75,27 @@ func (g *Granter) recordOperatorDenial(reg *api.ClusterRegistration) {
 		why = ": " + reg.Status.Message
 	}
 	g.events.Eventf(ref, corev1.EventTypeWarning, reg.Status.Reason, "registration of node %s denied by an operator%s", reg.Spec.NodeName, why)
+}
+
+// firstSight reports whether the operator denial of the registration with
+// uid is seen for the first time within recentDecision: the controller of
+// a new term, or an update of the registration, sees it again, and it is
+// counted once. The memory is pruned of denials older than that.
+func (g *Granter) firstSight(uid types.UID) bool {
+	g.deniedMu.Lock()
+	defer g.deniedMu.Unlock()
+	now := time.Now()
+	if g.denied == nil {
+		g.denied = map[types.UID]time.Time{}
+	}
+	if _, seen := g.denied[uid]; seen {
+		return false
+	}
+	for u, at := range g.denied {
+		if now.Sub(at) > 2*recentDecision {
+			delete(g.denied, u)
+		}
+	}
+	g.denied[uid] = now
+	return true
 }

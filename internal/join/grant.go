@@ -21,6 +21,7 @@ import (
 
 	"github.com/muster-io/muster/internal/caller"
 	"github.com/muster-io/muster/internal/jointoken"
+	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/internal/nodepassword"
 	"github.com/muster-io/muster/internal/pki"
 	"github.com/muster-io/muster/internal/registry"
@@ -86,6 +87,10 @@ type Granter struct {
 
 	// events records grants and refusals (events.go); nil records nothing.
 	events record.EventRecorder
+
+	// denied remembers the operator denials counted in the last minutes (events.go).
+	deniedMu sync.Mutex
+	denied   map[types.UID]time.Time
 
 	// byClient indexes the Machines in this server's informer cache by
 	// clientID, once the cache has synced (SetMachineInformer).
@@ -230,6 +235,9 @@ func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration, csr *
 	}
 	if tok != nil && tok.Spec.MaxUses == 0 {
 		g.countUse(tok.Name)
+	}
+	if tok != nil {
+		metrics.TokenUsed()
 	}
 	return &grant{cluster: m.Spec.Cluster, machine: m.Name, uid: m.UID, certificate: cert}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/muster-io/muster/internal/caller"
 	"github.com/muster-io/muster/internal/fsm"
+	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/internal/nodepassword"
 	"github.com/muster-io/muster/internal/pki"
 	"github.com/muster-io/muster/internal/registry"
@@ -39,33 +41,45 @@ func (r *registrationREST) Create(ctx context.Context, obj runtime.Object, creat
 	if !ok {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("not a ClusterRegistration: %T", obj))
 	}
+	start := time.Now()
 	dryRun := slices.Contains(options.DryRun, metav1.DryRunAll)
-	password := reg.Spec.NodePassword
-	if err := r.prepare(ctx, reg); err != nil {
+	// refused counts a request turned away before the grant; a dry run
+	// decides nothing and counts nothing.
+	refused := func(reason string, err error) (runtime.Object, error) {
+		if !dryRun {
+			metrics.Registration(metrics.OutcomeRefused, reason)
+		}
 		return nil, err
 	}
+	password := reg.Spec.NodePassword
+	if err := r.prepare(ctx, reg); err != nil {
+		return refused(metrics.ReasonInvalidRequest, err)
+	}
 	if err := nodepassword.Validate(password); err != nil {
-		return nil, invalid(reg.Name, field.Invalid(field.NewPath("spec", "nodePassword"), "<redacted>", err.Error()))
+		return refused(metrics.ReasonInvalidRequest, invalid(reg.Name, field.Invalid(field.NewPath("spec", "nodePassword"), "<redacted>", err.Error())))
 	}
 	// Everything the store will check is checked before anything is
 	// written: a grant must never have made a Machine for a request that
 	// is then refused.
 	errs := apimachineryvalidation.ValidateObjectMetaAccessor(reg, false, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
 	if errs = append(errs, registry.ClusterRegistration.Validate(reg)...); len(errs) > 0 {
-		return nil, invalid(reg.Name, errs...)
+		return refused(metrics.ReasonInvalidRequest, invalid(reg.Name, errs...))
 	}
 	csr, err := pki.ParseCSR(reg.Spec.CSR)
 	if err != nil {
-		return nil, invalid(reg.Name, field.Invalid(field.NewPath("spec", "csr"), "<csr>", err.Error()))
+		return refused(metrics.ReasonInvalidRequest, invalid(reg.Name, field.Invalid(field.NewPath("spec", "csr"), "<csr>", err.Error())))
 	}
 	if err := r.join.checkRate(reg); err != nil {
-		return nil, err
+		return refused(metrics.ReasonRateLimited, err)
 	}
 	auto, err := r.join.autoApproved(ctx, reg)
 	if err != nil {
 		return nil, err
 	}
 	if err := r.recordPassword(ctx, reg, password, !auto); err != nil {
+		if apierrors.IsForbidden(err) {
+			return refused(metrics.ReasonNodePasswordWrong, err)
+		}
 		return nil, err
 	}
 	var granted *grant
@@ -77,7 +91,7 @@ func (r *registrationREST) Create(ctx context.Context, obj runtime.Object, creat
 			if !dryRun {
 				r.join.grants.recordRefusal(reg, refusal)
 			}
-			return nil, refusal.apiError(reg.Name)
+			return refused(refusal.Reason, refusal.apiError(reg.Name))
 		}
 		if err != nil {
 			return nil, err
@@ -97,11 +111,26 @@ func (r *registrationREST) Create(ctx context.Context, obj runtime.Object, creat
 	out, err := r.REST.Create(ctx, reg, createValidation, options)
 	if err == nil && granted != nil {
 		r.join.grants.recordGrant(reg, granted)
+		metrics.Registration(metrics.OutcomeGranted, grantRoute(reg))
+		metrics.JoinGranted(start)
 	}
 	if err == nil && !dryRun && !auto {
+		metrics.Registration(metrics.OutcomePending, metrics.ReasonAwaitingApproval)
 		klog.InfoS("Registration waits for approval", "registration", reg.Name, "node", reg.Spec.NodeName, "token", reg.Spec.TokenID)
 	}
 	return out, err
+}
+
+// grantRoute names how a registration granted in its request was made,
+// for the registrations metric.
+func grantRoute(reg *api.ClusterRegistration) string {
+	switch {
+	case reg.Spec.MachineUID != "":
+		return metrics.ReasonCertificateRenewed
+	case reg.Spec.TokenID != "":
+		return metrics.ReasonJoinToken
+	}
+	return metrics.ReasonAdministrator
 }
 
 // prepare sets what the server owns in a new registration, whatever the

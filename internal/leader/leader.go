@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
+	"github.com/muster-io/muster/internal/metrics"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
@@ -58,6 +59,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return errors.New("leader: Lease, Identity and Run are required")
 	}
 	lock := &leaseLock{client: cfg.Client, name: cfg.Lease, identity: cfg.Identity}
+	metrics.Leading(cfg.Lease, false)
 	for ctx.Err() == nil {
 		elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			Lock:          lock,
@@ -71,9 +73,11 @@ func Run(ctx context.Context, cfg Config) error {
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(term context.Context) {
 					klog.InfoS("Became the controller leader", "lease", cfg.Lease, "identity", cfg.Identity)
+					metrics.Leading(cfg.Lease, true)
 					cfg.Run(term)
 				},
 				OnStoppedLeading: func() {
+					metrics.Leading(cfg.Lease, false)
 					klog.InfoS("No longer the controller leader", "lease", cfg.Lease, "identity", cfg.Identity)
 				},
 				OnNewLeader: func(holder string) {

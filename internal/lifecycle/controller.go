@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/fsm"
+	"github.com/muster-io/muster/internal/metrics"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 	informers "github.com/muster-io/muster/pkg/client/informers/externalversions"
@@ -209,9 +210,30 @@ func (c *Controller) syncMachine(ctx context.Context, name string) error {
 	transition := event != "" && stored.Status.Phase != from
 	if transition {
 		klog.InfoS("Machine transition", "machine", name, "from", from, "to", stored.Status.Phase, "event", event, "reason", stored.Status.Reason)
+		countPlan(stored, event, c.now())
 	}
 	c.record(stored, from, transition, failedBefore)
 	return nil
+}
+
+// countPlan counts a plan the machine finished with the transition it just
+// stored (the last of its history), timed from the transition before it,
+// which took it into Bootstrapping or Updating.
+func countPlan(m *api.Machine, event string, now time.Time) {
+	outcome := ""
+	switch event {
+	case "plan-applied":
+		outcome = metrics.PlanApplied
+	case "plan-failed":
+		outcome = metrics.PlanFailed
+	default:
+		return
+	}
+	took := time.Duration(-1)
+	if h := m.Status.Transitions; len(h) >= 2 {
+		took = now.Sub(h[len(h)-2].Time.Time)
+	}
+	metrics.PlanFinished(outcome, took)
 }
 
 // record makes the Event of a sync that wrote: the transition it took,

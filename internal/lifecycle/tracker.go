@@ -54,6 +54,20 @@ func (t *Tracker) Observe(u user.Info) {
 	}
 }
 
+// Connected counts the machines whose agents this server itself heard
+// within window: the agents connected to it, not to the other servers.
+func (t *Tracker) Connected(window time.Duration) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now, n := t.now(), 0
+	for _, at := range t.seen {
+		if now.Sub(at) < window {
+			n++
+		}
+	}
+	return n
+}
+
 // Begin starts a term of judging liveness, when this server starts or
 // becomes the controller leader. A machine not heard from since is given
 // the benefit of the doubt for one silence threshold (Live), because its

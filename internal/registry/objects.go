@@ -34,8 +34,8 @@ import (
 type Objects struct {
 	tokens, machines, plans, clusters, passwords *genericregistry.Store
 	registrations, endpoints                     *genericregistry.Store
-	tokenStatus, passwordStatus, machineStatus   *genericregistry.Store
-	registrationStatus                           *genericregistry.Store
+	tokenStatus, passwordStatus, machineStatus   *StatusREST
+	registrationStatus                           *StatusREST
 }
 
 func newObjects(byResource map[string]*Storage) *Objects {
@@ -47,11 +47,11 @@ func newObjects(byResource map[string]*Storage) *Objects {
 		passwords:      byResource[NodePassword.Resource].store,
 		registrations:  byResource[ClusterRegistration.Resource].store,
 		endpoints:      byResource[ServerEndpoint.Resource].store,
-		tokenStatus:    byResource[ClusterRegistrationToken.Resource].Status.store,
-		passwordStatus: byResource[NodePassword.Resource].Status.store,
-		machineStatus:  byResource[Machine.Resource].Status.store,
+		tokenStatus:    byResource[ClusterRegistrationToken.Resource].Status,
+		passwordStatus: byResource[NodePassword.Resource].Status,
+		machineStatus:  byResource[Machine.Resource].Status,
 
-		registrationStatus: byResource[ClusterRegistration.Resource].Status.store,
+		registrationStatus: byResource[ClusterRegistration.Resource].Status,
 	}
 }
 
@@ -266,7 +266,7 @@ func create[T runtime.Object](ctx context.Context, s *genericregistry.Store, obj
 // conflicts against the fresh object as every compare-and-swap does, and
 // returns the object stored. A change that returns false leaves the object
 // as it is, unwritten.
-func updateStatus[T runtime.Object](ctx context.Context, s *genericregistry.Store, name string, change func(T) bool) (T, error) {
+func updateStatus[T runtime.Object](ctx context.Context, s *StatusREST, name string, change func(T) bool) (T, error) {
 	var zero T
 	obj, _, err := s.Update(clusterScoped(ctx), name, rest.DefaultUpdatedObjectInfo(nil, func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
 		obj := old.DeepCopyObject().(T)

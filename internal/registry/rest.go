@@ -16,6 +16,8 @@ import (
 	"k8s.io/apiserver/pkg/storage/names"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
+	"github.com/muster-io/muster/internal/fsm"
+	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
@@ -35,6 +37,8 @@ func (r *REST) Categories() []string { return []string{"muster"} }
 // StatusREST is a kind's status subresource: get, update and patch only.
 type StatusREST struct {
 	store *genericregistry.Store
+	// lifecycle is the kind's state machine, nil for kinds without one.
+	lifecycle *fsm.Definition
 }
 
 // New implements rest.Storage.
@@ -51,7 +55,7 @@ func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOp
 // Update implements rest.Updater; patches reach it too.
 func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
 	// Status never creates: an object must exist before it has a status.
-	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
+	return updateCounted(ctx, r.store, r.lifecycle, name, objInfo, createValidation, updateValidation, options)
 }
 
 // GetResetFields implements rest.ResetFieldsStrategy.
@@ -100,6 +104,10 @@ func newStorage[T Object](k Kind[T], typer runtime.ObjectTyper, optsGetter gener
 		return nil, fmt.Errorf("setting up storage for %s: %w", info.resource, err)
 	}
 	store.Storage.Storage = unavailableStorage{Interface: store.Storage.Storage, resource: info.resource}
+	metrics.DatastoreResource(info.resource)
+	if info.lifecycle != nil {
+		store.AfterCreate = countCreated(info.lifecycle)
+	}
 	statusStore := *store
 	statusStore.UpdateStrategy = status
 	statusStore.ResetFieldsStrategy = status
@@ -107,7 +115,7 @@ func newStorage[T Object](k Kind[T], typer runtime.ObjectTyper, optsGetter gener
 	return &Storage{
 		Resource: info.resource,
 		Main:     &REST{Store: store, shortNames: info.shortNames},
-		Status:   &StatusREST{store: &statusStore},
+		Status:   &StatusREST{store: &statusStore, lifecycle: info.lifecycle},
 		store:    store,
 	}, nil
 }

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/klog/v2"
+
+	"github.com/muster-io/muster/internal/metrics"
 )
 
 // unavailableStorage turns a datastore that does not answer into 503
@@ -22,7 +24,7 @@ type unavailableStorage struct {
 }
 
 func (s unavailableStorage) Create(ctx context.Context, key string, obj, out runtime.Object, ttl uint64) error {
-	return s.translate(s.Interface.Create(ctx, key, obj, out, ttl))
+	return s.translate("create", s.Interface.Create(ctx, key, obj, out, ttl))
 }
 
 func (s unavailableStorage) Delete(ctx context.Context, key string, out runtime.Object, pre *storage.Preconditions, v storage.ValidateObjectFunc, cached runtime.Object, opts storage.DeleteOptions) error {
@@ -38,15 +40,15 @@ func (s unavailableStorage) Delete(ctx context.Context, key string, out runtime.
 	if err != nil && errors.Is(err, own) {
 		return err
 	}
-	return s.translate(err)
+	return s.translate("delete", err)
 }
 
 func (s unavailableStorage) Get(ctx context.Context, key string, opts storage.GetOptions, out runtime.Object) error {
-	return s.translate(s.Interface.Get(ctx, key, opts, out))
+	return s.translate("get", s.Interface.Get(ctx, key, opts, out))
 }
 
 func (s unavailableStorage) GetList(ctx context.Context, key string, opts storage.ListOptions, out runtime.Object) error {
-	return s.translate(s.Interface.GetList(ctx, key, opts, out))
+	return s.translate("list", s.Interface.GetList(ctx, key, opts, out))
 }
 
 func (s unavailableStorage) GuaranteedUpdate(ctx context.Context, key string, out runtime.Object, ignoreNotFound bool, pre *storage.Preconditions, tryUpdate storage.UpdateFunc, cached runtime.Object) error {
@@ -63,15 +65,16 @@ func (s unavailableStorage) GuaranteedUpdate(ctx context.Context, key string, ou
 	if err != nil && errors.Is(err, own) {
 		return err
 	}
-	return s.translate(err)
+	return s.translate("update", err)
 }
 
 // translate leaves alone what the API already explains (not found,
 // conflicts, validation, any API status) and the caller's own cancellation.
-func (s unavailableStorage) translate(err error) error {
+func (s unavailableStorage) translate(operation string, err error) error {
 	if err == nil || isExplained(err) {
 		return err
 	}
+	metrics.DatastoreError(s.resource, operation)
 	klog.V(2).InfoS("Datastore request failed", "resource", s.resource, "err", err)
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status: metav1.StatusFailure,

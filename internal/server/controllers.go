@@ -23,6 +23,7 @@ import (
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/leader"
 	"github.com/muster-io/muster/internal/lifecycle"
+	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/internal/pki"
 	"github.com/muster-io/muster/internal/registry"
 	"github.com/muster-io/muster/internal/serverendpoint"
@@ -114,6 +115,7 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), machines.Informer().HasSynced, registrations.Informer().HasSynced) {
 			c.rules.SetListers(machines.Lister(), registrations.Lister())
+			metrics.SetMachines(machines.Lister())
 		}
 	}()
 	c.liveness.Begin()

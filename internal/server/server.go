@@ -19,6 +19,7 @@ import (
 	"github.com/muster-io/muster/internal/install"
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/lifecycle"
+	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/internal/store"
 )
 
@@ -149,6 +150,8 @@ func run(ctx context.Context, cfg Config) error {
 	recorder := events.NewRecorder(self)
 	tokens := apiserver.NewTokenAuthenticator()
 	liveness := lifecycle.NewTracker()
+	metrics.Register()
+	metrics.SetConnectedAgents(func() int { return liveness.Connected(metrics.ConnectedWindow) })
 	registrationRules := apiserver.NewAgentAuthorizer()
 	api, err := apiserver.New(apiserver.Config{
 		BindAddress:                 bind,

@@ -249,6 +249,23 @@ func TestHALeaderTakeover(t *testing.T) {
 	// making the others wait out the lease.
 	var current *server
 	waitFor(t, 30*time.Second, "the new leader", func() bool { current = leaderOf(t, cs, servers); return current != nil })
+	// Each server's /metrics says whether it is the one that leads.
+	waitFor(t, 15*time.Second, "muster_controller_leader to be 1 on the leader and 0 on the other server", func() bool {
+		for _, s := range servers {
+			if s == old {
+				continue
+			}
+			out, err := s.kubectl("get", "--raw", "/metrics")
+			want := 0.0
+			if s == current {
+				want = 1
+			}
+			if err != nil || metricSum(out, `muster_controller_leader{lease="muster-controllers"}`) != want {
+				return false
+			}
+		}
+		return true
+	})
 	var other *server
 	for _, s := range servers {
 		if s != old && s != current {

@@ -26,6 +26,12 @@ func TestReadyzFollowsDatastore(t *testing.T) {
 		code, _, err := s.get("/readyz")
 		return err == nil && code != http.StatusOK
 	})
+	// What an operator's alert (deploy/prometheus/alerts.yml,
+	// MusterDatastoreUnreachable) watches counts the failures.
+	waitFor(t, 60*time.Second, "muster_datastore_errors_total to count the outage", func() bool {
+		out, err := s.kubectl("get", "--raw", "/metrics")
+		return err == nil && metricSum(out, "muster_datastore_errors_total") > 0
+	})
 	if out, err := s.kubectl("get", "clusters", "--request-timeout=10s"); err == nil {
 		t.Logf("a read during the outage was served (from the watch cache): %s", out)
 	}
