@@ -28,9 +28,11 @@ TEST_FLAGS ?= -p 1 -count=1 -timeout 45m
 
 all: build
 
+# The agent is stripped (-s -w): it runs on every machine of the fleet, and a
+# panic's stack trace survives stripping.
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/muster-server ./cmd/server
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/muster-agent ./cmd/agent
+	$(GO) build -ldflags '$(LDFLAGS) -s -w' -o $(BIN)/muster-agent ./cmd/agent
 
 run: build
 	$(BIN)/muster-server --data-dir $(DATA_DIR) --https-port $(HTTPS_PORT) --bind-address $(BIND_ADDRESS) $(if $(ADVERTISE_ADDRESS),--advertise-address $(ADVERTISE_ADDRESS))

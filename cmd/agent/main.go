@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/component-base/cli"
 
 	"github.com/muster-io/muster/internal/agent"
@@ -64,7 +63,7 @@ func newRootCommand() *cobra.Command {
 			_ = os.Unsetenv("MUSTER_TOKEN")
 			cfg.TokenOnCommandLine = cmd.Flags().Changed("token")
 			cfg.Args = os.Args
-			return agent.Run(genericapiserver.SetupSignalContext(), cfg)
+			return agent.Run(agent.SignalContext(), cfg)
 		},
 	}
 	f := cmd.Flags()

@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	genericapiserver "k8s.io/apiserver/pkg/server"
 
+	"github.com/muster-io/muster/internal/agent"
 	"github.com/muster-io/muster/internal/kubeconfig"
 	"github.com/muster-io/muster/internal/simulate"
 )
@@ -50,7 +50,7 @@ applied.`,
 					return fmt.Errorf("--plan-updates needs an admin credential to change plans with: pass --kubeconfig FILE or set $KUBECONFIG ('muster-server kubeconfig --output FILE' writes one)")
 				}
 			}
-			return simulate.Run(genericapiserver.SetupSignalContext(), cfg, cmd.OutOrStdout())
+			return simulate.Run(agent.SignalContext(), cfg, cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()

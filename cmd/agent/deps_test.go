@@ -1,0 +1,36 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestAgentLinksNoServerCode keeps the agent small on every machine: the
+// server's packages (the apiserver library, kine, the etcd client and
+// server, muster's server side) must never reach its binary. One import of a
+// signal helper from k8s.io/apiserver once made it 74 MB.
+func TestAgentLinksNoServerCode(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	forbidden := []string{
+		"k8s.io/apiserver/", "github.com/k3s-io/kine", "go.etcd.io/etcd/",
+		"github.com/muster-io/muster/internal/apiserver", "github.com/muster-io/muster/internal/registry",
+		"github.com/muster-io/muster/internal/server", "github.com/muster-io/muster/internal/store",
+		"github.com/muster-io/muster/internal/join", "github.com/muster-io/muster/internal/lifecycle",
+		"github.com/mattn/go-sqlite3", "github.com/jackc/pgx",
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 50 {
+		t.Fatalf("go list -deps printed %d packages: the check would be vacuous", len(deps))
+	}
+	for _, dep := range deps {
+		for _, f := range forbidden {
+			if dep == f || strings.HasPrefix(dep, strings.TrimSuffix(f, "/")+"/") {
+				t.Errorf("the agent links %s: server code has reached muster-agent", dep)
+			}
+		}
+	}
+}
