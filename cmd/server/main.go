@@ -87,6 +87,9 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.StringVar(&cfg.AgentBinary, "agent-binary", "", "muster-agent binary served at /assets/ for install.sh (default: muster-agent beside this executable)")
 	fl.BoolVar(&cfg.WithAgent, "with-agent", false, "also run the agent of this server's own host, joined like any other machine (its state in <data-dir>/agent)")
 
+	// Machine pools: drivers beyond the built-in ones.
+	fl.StringVar(&cfg.DriversDir, "drivers-dir", "", "directory of machine-pool drivers (executables muster-driver-NAME); the built-in driver is \"process\"")
+
 	cmd.AddCommand(newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg), version.Command("muster-server"))
 	return cmd
 }

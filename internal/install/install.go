@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
@@ -46,6 +47,20 @@ type Config struct {
 	ServerBinary string
 }
 
+// AgentBinary is the muster-agent the server hands out (install.sh, the
+// process driver): the one given, else the one beside the server's own
+// executable.
+func AgentBinary(given string) string {
+	if given != "" {
+		return given
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "muster-agent"
+	}
+	return filepath.Join(filepath.Dir(self), "muster-agent")
+}
+
 // Handlers serves /install.sh and /assets/.
 type Handlers struct {
 	assets map[string]string // asset name → file
@@ -70,9 +85,7 @@ func New(cfg Config) *Handlers {
 	if cfg.ServerBinary == "" {
 		cfg.ServerBinary = self
 	}
-	if cfg.AgentBinary == "" && self != "" {
-		cfg.AgentBinary = strings.TrimSuffix(self, "muster-server") + "muster-agent"
-	}
+	cfg.AgentBinary = AgentBinary(cfg.AgentBinary)
 	platform := runtime.GOOS + "-" + runtime.GOARCH
 	h := &Handlers{
 		assets: map[string]string{"muster-agent-" + platform: cfg.AgentBinary, "muster-server-" + platform: cfg.ServerBinary},

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -19,12 +20,15 @@ import (
 
 	"github.com/muster-io/muster/internal/apiserver"
 	"github.com/muster-io/muster/internal/caller"
+	"github.com/muster-io/muster/internal/driver"
 	"github.com/muster-io/muster/internal/events"
+	"github.com/muster-io/muster/internal/install"
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/leader"
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/internal/pki"
+	"github.com/muster-io/muster/internal/pool"
 	"github.com/muster-io/muster/internal/registry"
 	"github.com/muster-io/muster/internal/serverendpoint"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
@@ -155,6 +159,10 @@ func (c *controllers) lead(term context.Context) {
 	granter := c.join.NewController(factory)
 	housekeeper := c.join.NewHousekeeper(c.client, factory)
 	machines := lifecycle.NewController(c.client, c.objects, factory, c.liveness, c.cfg.AgentSilenceThreshold, c.events)
+	drivers := driver.NewRegistry(c.cfg.DriversDir, map[string]driver.Driver{
+		"process": driver.Process{Dir: filepath.Join(c.cfg.DataDir, "pools"), AgentBinary: install.AgentBinary(c.cfg.AgentBinary)},
+	})
+	pools := pool.NewController(c.client, factory, drivers, "https://"+c.address)
 	endpoints := factory.Muster().V1alpha1().ServerEndpoints()
 	// Start what the controllers added; it runs until the server stops.
 	factory.Start(c.stop)
@@ -165,6 +173,7 @@ func (c *controllers) lead(term context.Context) {
 	go serverendpoint.Sweep(term, c.client, endpoints.Lister())
 	go granter.Run(term, controllerWorkers)
 	go housekeeper.Run(term)
+	go pools.Run(term)
 	machines.Run(term, controllerWorkers)
 }
 

@@ -63,6 +63,11 @@ type Config struct {
 	// WithAgent also runs the agent of this server's own host.
 	AgentBinary string
 	WithAgent   bool
+
+	// Machine pools: DriversDir holds executable drivers
+	// (muster-driver-NAME); the built-in "process" driver keeps its
+	// machines under <data-dir>/pools.
+	DriversDir string
 }
 
 // defaultGCPercent is the garbage collector's target when GOGC is not set.

@@ -50,8 +50,13 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.MachinePlanList{}.OpenAPIModelName():                schema_pkg_apis_muster_v1alpha1_MachinePlanList(ref),
 		v1alpha1.MachinePlanSpec{}.OpenAPIModelName():                schema_pkg_apis_muster_v1alpha1_MachinePlanSpec(ref),
 		v1alpha1.MachinePlanStatus{}.OpenAPIModelName():              schema_pkg_apis_muster_v1alpha1_MachinePlanStatus(ref),
+		v1alpha1.MachinePool{}.OpenAPIModelName():                    schema_pkg_apis_muster_v1alpha1_MachinePool(ref),
+		v1alpha1.MachinePoolList{}.OpenAPIModelName():                schema_pkg_apis_muster_v1alpha1_MachinePoolList(ref),
+		v1alpha1.MachinePoolSpec{}.OpenAPIModelName():                schema_pkg_apis_muster_v1alpha1_MachinePoolSpec(ref),
+		v1alpha1.MachinePoolStatus{}.OpenAPIModelName():              schema_pkg_apis_muster_v1alpha1_MachinePoolStatus(ref),
 		v1alpha1.MachineSpec{}.OpenAPIModelName():                    schema_pkg_apis_muster_v1alpha1_MachineSpec(ref),
 		v1alpha1.MachineStatus{}.OpenAPIModelName():                  schema_pkg_apis_muster_v1alpha1_MachineStatus(ref),
+		v1alpha1.MachineTemplate{}.OpenAPIModelName():                schema_pkg_apis_muster_v1alpha1_MachineTemplate(ref),
 		v1alpha1.NodePassword{}.OpenAPIModelName():                   schema_pkg_apis_muster_v1alpha1_NodePassword(ref),
 		v1alpha1.NodePasswordList{}.OpenAPIModelName():               schema_pkg_apis_muster_v1alpha1_NodePasswordList(ref),
 		v1alpha1.NodePasswordSpec{}.OpenAPIModelName():               schema_pkg_apis_muster_v1alpha1_NodePasswordSpec(ref),
@@ -1794,6 +1799,195 @@ func schema_pkg_apis_muster_v1alpha1_MachinePlanStatus(ref common.ReferenceCallb
 	}
 }
 
+func schema_pkg_apis_muster_v1alpha1_MachinePool(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "MachinePool is a set of machines the server provisions itself through a driver, like a Rancher machine pool or a Cluster API MachineDeployment: the server creates each Machine, mints a one-time join token bound to it, has the driver start a host that runs the agent with that token, and keeps `replicas` of them.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Spec is what the operator wants of the pool.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.MachinePoolSpec{}.OpenAPIModelName()),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Status is what the server observed; written only through the status subresource.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.MachinePoolStatus{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.MachinePoolSpec{}.OpenAPIModelName(), v1alpha1.MachinePoolStatus{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_MachinePoolList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "MachinePoolList is a list of MachinePools.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard list metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Items are the pools.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.MachinePool{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.MachinePool{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_MachinePoolSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "MachinePoolSpec is the desired state of a MachinePool.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"cluster": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Cluster is the Cluster the pool's machines join. Immutable.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"replicas": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Replicas is how many machines the pool keeps, 0 to 1000.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"template": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Template is what each machine is made from.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.MachineTemplate{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"cluster", "replicas", "template"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.MachineTemplate{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_MachinePoolStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "MachinePoolStatus is the observed state of a MachinePool.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"replicas": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Replicas is how many Machines the pool has, whatever their phase.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"readyReplicas": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ReadyReplicas is how many of them are Running.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"revision": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Revision is the content hash of the current template; a pool's Machines carry the revision they were made from in the muster.io/pool-revision label.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Message says what the pool controller last could not do, and why.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"observedGeneration": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ObservedGeneration is the spec generation this status describes.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_muster_v1alpha1_MachineSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1973,6 +2167,58 @@ func schema_pkg_apis_muster_v1alpha1_MachineStatus(ref common.ReferenceCallback)
 		},
 		Dependencies: []string{
 			v1alpha1.MachineAddress{}.OpenAPIModelName(), v1alpha1.Transition{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_MachineTemplate(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "MachineTemplate is what a pool's machines are made from.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"driver": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Driver names the driver that creates and removes the machines' hosts: a built-in one (\"process\") or an executable muster-driver-NAME in the server's --drivers-dir.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"driverConfig": {
+						SchemaProps: spec.SchemaProps{
+							Description: "DriverConfig is handed to the driver as is (at most 64 entries, 4 KiB each); it must not hold secrets, which would be stored in plaintext.",
+							Type:        []string{"object"},
+							AdditionalProperties: &spec.SchemaOrBool{
+								Allows: true,
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"labels": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Labels are put on every Machine of the pool (roles are labels).",
+							Type:        []string{"object"},
+							AdditionalProperties: &spec.SchemaOrBool{
+								Allows: true,
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"driver"},
+			},
+		},
 	}
 }
 

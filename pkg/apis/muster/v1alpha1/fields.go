@@ -77,6 +77,11 @@ func ControllerLeaseFields(o *ControllerLease) fields.Set {
 	return objectMetaFields(o.Name)
 }
 
+// MachinePoolFields returns the selectable fields of a MachinePool.
+func MachinePoolFields(o *MachinePool) fields.Set {
+	return merge(objectMetaFields(o.Name), fields.Set{"spec.cluster": o.Spec.Cluster})
+}
+
 // selectableFieldKeys derives each kind's accepted keys from the functions above.
 func selectableFieldKeys() map[string]fields.Set {
 	return map[string]fields.Set{
@@ -88,6 +93,7 @@ func selectableFieldKeys() map[string]fields.Set {
 		"NodePassword":             NodePasswordFields(&NodePassword{}),
 		"ServerEndpoint":           ServerEndpointFields(&ServerEndpoint{}),
 		"ControllerLease":          ControllerLeaseFields(&ControllerLease{}),
+		"MachinePool":              MachinePoolFields(&MachinePool{}),
 	}
 }
 

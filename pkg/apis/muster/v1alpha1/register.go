@@ -44,6 +44,7 @@ func knownTypes() []runtime.Object {
 		&NodePassword{}, &NodePasswordList{},
 		&ServerEndpoint{}, &ServerEndpointList{},
 		&ControllerLease{}, &ControllerLeaseList{},
+		&MachinePool{}, &MachinePoolList{},
 	}
 }
 

@@ -142,6 +142,26 @@ func (in MachinePlanStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MachinePool) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.MachinePool"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MachinePoolList) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.MachinePoolList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MachinePoolSpec) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.MachinePoolSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MachinePoolStatus) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.MachinePoolStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in MachineSpec) OpenAPIModelName() string {
 	return "io.muster.v1alpha1.MachineSpec"
 }
@@ -149,6 +169,11 @@ func (in MachineSpec) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in MachineStatus) OpenAPIModelName() string {
 	return "io.muster.v1alpha1.MachineStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MachineTemplate) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.MachineTemplate"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

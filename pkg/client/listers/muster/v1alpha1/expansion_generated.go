@@ -32,6 +32,10 @@ type MachineListerExpansion interface{}
 // MachinePlanLister.
 type MachinePlanListerExpansion interface{}
 
+// MachinePoolListerExpansion allows custom methods to be added to
+// MachinePoolLister.
+type MachinePoolListerExpansion interface{}
+
 // NodePasswordListerExpansion allows custom methods to be added to
 // NodePasswordLister.
 type NodePasswordListerExpansion interface{}

@@ -26,6 +26,8 @@ type Interface interface {
 	Machines() TypedMachineInformer
 	// MachinePlans returns a MachinePlanInformer.
 	MachinePlans() TypedMachinePlanInformer
+	// MachinePools returns a MachinePoolInformer.
+	MachinePools() TypedMachinePoolInformer
 	// NodePasswords returns a NodePasswordInformer.
 	NodePasswords() TypedNodePasswordInformer
 	// ServerEndpoints returns a ServerEndpointInformer.
@@ -71,6 +73,11 @@ func (v *version) Machines() TypedMachineInformer {
 // MachinePlans returns a TypedMachinePlanInformer.
 func (v *version) MachinePlans() TypedMachinePlanInformer {
 	return &machinePlanInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
+}
+
+// MachinePools returns a TypedMachinePoolInformer.
+func (v *version) MachinePools() TypedMachinePoolInformer {
+	return &machinePoolInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
 // NodePasswords returns a TypedNodePasswordInformer.

@@ -20,6 +20,8 @@ type MachineExpansion interface{}
 
 type MachinePlanExpansion interface{}
 
+type MachinePoolExpansion interface{}
+
 type NodePasswordExpansion interface{}
 
 type ServerEndpointExpansion interface{}

@@ -24,6 +24,7 @@ type MusterV1alpha1Interface interface {
 	ControllerLeasesGetter
 	MachinesGetter
 	MachinePlansGetter
+	MachinePoolsGetter
 	NodePasswordsGetter
 	ServerEndpointsGetter
 }
@@ -55,6 +56,10 @@ func (c *MusterV1alpha1Client) Machines() MachineInterface {
 
 func (c *MusterV1alpha1Client) MachinePlans() MachinePlanInterface {
 	return newMachinePlans(c)
+}
+
+func (c *MusterV1alpha1Client) MachinePools() MachinePoolInterface {
+	return newMachinePools(c)
 }
 
 func (c *MusterV1alpha1Client) NodePasswords() NodePasswordInterface {

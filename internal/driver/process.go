@@ -1,0 +1,141 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/muster-io/muster/internal/pki"
+)
+
+// Process is the built-in "process" driver: each machine is a real
+// muster-agent process on the server's host, with its own data dir under
+// Dir/<machine>. For demos, tests and trying pools without infrastructure.
+// Its processes run in their own session, so they outlive a server crash
+// like hosts would; the server finds them again by their pid file.
+type Process struct {
+	// Dir holds one directory per machine.
+	Dir string
+	// AgentBinary is the muster-agent to run.
+	AgentBinary string
+}
+
+func (p Process) machineDir(name string) (string, error) {
+	if name == "" || strings.ContainsAny(name, "/\\") || name == "." || name == ".." {
+		return "", fmt.Errorf("machine name %q cannot name a directory", name)
+	}
+	return filepath.Join(p.Dir, name), nil
+}
+
+// Create starts the agent of req.Name, unless it already runs.
+func (p Process) Create(_ context.Context, req CreateRequest) (State, error) {
+	dir, err := p.machineDir(req.Name)
+	if err != nil {
+		return nil, err
+	}
+	if pid, ok := p.running(dir); ok {
+		return State{"pid": strconv.Itoa(pid), "dir": dir}, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("making %s: %w", dir, err)
+	}
+	tokenFile := filepath.Join(dir, "join-token")
+	if err := pki.WriteFileAtomic(tokenFile, []byte(req.Bootstrap.Token+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	log, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+	cmd := exec.Command(p.AgentBinary, "--server", req.Bootstrap.ServerURL, "--data-dir", filepath.Join(dir, "agent"),
+		"--node-name", req.Name, "--token-file", tokenFile)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), "MUSTER_TOKEN=", "MUSTER_TOKEN_FILE=")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", p.AgentBinary, err)
+	}
+	pid := cmd.Process.Pid
+	go func() { _ = cmd.Wait() }() // reap it when it exits
+	if err := pki.WriteFileAtomic(filepath.Join(dir, "pid"), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		return nil, err
+	}
+	return State{"pid": strconv.Itoa(pid), "dir": dir}, nil
+}
+
+// running returns the agent process recorded in dir's pid file if it is
+// alive and still the agent of dir: a pid the kernel recycled for another
+// process is never signalled.
+func (p Process) running(dir string) (int, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, "pid"))
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return 0, false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return 0, false
+	}
+	args := strings.Split(string(cmdline), "\x00")
+	for i, a := range args {
+		if a == "--data-dir" && i+1 < len(args) && args[i+1] == filepath.Join(dir, "agent") {
+			// A zombie (exited, not yet reaped) is not running.
+			if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && strings.Contains(string(stat), ") Z ") {
+				return 0, false
+			}
+			return pid, true
+		}
+	}
+	return 0, false
+}
+
+// Remove stops the machine's agent and deletes its directory.
+func (p Process) Remove(ctx context.Context, req HostRequest) error {
+	dir, err := p.machineDir(req.Name)
+	if err != nil {
+		return err
+	}
+	if pid, ok := p.running(dir); ok {
+		_ = syscall.Kill(-pid, syscall.SIGTERM)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, alive := p.running(dir); !alive {
+				break
+			}
+			if time.Now().After(deadline) {
+				_ = syscall.Kill(-pid, syscall.SIGKILL)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Status says whether the machine's agent process runs.
+func (p Process) Status(_ context.Context, req HostRequest) (Status, error) {
+	dir, err := p.machineDir(req.Name)
+	if err != nil {
+		return Status{}, err
+	}
+	_, ok := p.running(dir)
+	return Status{Exists: ok}, nil
+}

@@ -1,0 +1,320 @@
+// Package pool is the MachinePool controller: it keeps each pool's
+// replicas of machines the server provisions itself, through a driver
+// (internal/driver). It runs on the elected leader only.
+//
+// Creating a machine is three steps, each safe to repeat after a crash:
+// mint a single-use join token bound to the pool's cluster; create the
+// Machine reserved for that token (spec.joinToken), so the agent's
+// registration binds to it; have the driver make the host, and record the
+// driver's state on the Machine. A Machine left without driver state by a
+// crash is removed (its host too, by name) and made again, so no host leaks
+// and no second Machine appears.
+package pool
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/muster-io/muster/internal/driver"
+	"github.com/muster-io/muster/internal/jointoken"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+	informers "github.com/muster-io/muster/pkg/client/informers/externalversions"
+	listers "github.com/muster-io/muster/pkg/client/listers/muster/v1alpha1"
+)
+
+// Finalizer keeps a pool until its machines and their hosts are gone.
+const Finalizer = "muster.io/pool-machines"
+
+// tokenTTL bounds a machine's join token: its host must join by then.
+const tokenTTL = 15 * time.Minute
+
+// resync reconciles every pool this often besides on every change, so that
+// a host that died (process gone) is noticed.
+const resync = 5 * time.Second
+
+// Controller reconciles MachinePools.
+type Controller struct {
+	client    versioned.Interface
+	pools     listers.MachinePoolLister
+	machines  listers.MachineLister
+	drivers   *driver.Registry
+	serverURL string
+	kick      chan struct{}
+}
+
+// NewController registers its informers with factory.
+func NewController(client versioned.Interface, factory informers.SharedInformerFactory, drivers *driver.Registry, serverURL string) *Controller {
+	v := factory.Muster().V1alpha1()
+	c := &Controller{client: client, pools: v.MachinePools().Lister(), machines: v.Machines().Lister(), drivers: drivers, serverURL: serverURL, kick: make(chan struct{}, 1)}
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.poke() },
+		UpdateFunc: func(any, any) { c.poke() },
+		DeleteFunc: func(any) { c.poke() },
+	}
+	_, _ = v.MachinePools().Informer().AddEventHandler(handler)
+	_, _ = v.Machines().Informer().AddEventHandler(handler)
+	return c
+}
+
+func (c *Controller) poke() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run reconciles until ctx ends.
+func (c *Controller) Run(ctx context.Context) {
+	t := time.NewTicker(resync)
+	defer t.Stop()
+	for {
+		pools, err := c.pools.List(labels.Everything())
+		if err == nil {
+			for _, p := range pools {
+				if err := c.reconcile(ctx, p.DeepCopy()); err != nil && ctx.Err() == nil {
+					klog.ErrorS(err, "Reconciling machine pool", "pool", p.Name)
+					c.setMessage(ctx, p.Name, err.Error())
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.kick:
+		case <-t.C:
+		}
+	}
+}
+
+// Revision is the content hash of a template: machines made from another
+// revision are the pool's old ones.
+func Revision(t api.MachineTemplate) string {
+	b, _ := json.Marshal(t)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:10]
+}
+
+func (c *Controller) reconcile(ctx context.Context, p *api.MachinePool) error {
+	sel := labels.SelectorFromSet(labels.Set{api.PoolLabel: p.Name})
+	ms, err := c.machines.List(sel)
+	if err != nil {
+		return err
+	}
+	if p.DeletionTimestamp != nil {
+		return c.teardown(ctx, p, ms)
+	}
+	if !slices.Contains(p.Finalizers, Finalizer) {
+		patch := fmt.Sprintf(`{"metadata":{"finalizers":%s}}`, mustJSON(append(p.Finalizers, Finalizer)))
+		if _, err := c.client.MusterV1alpha1().MachinePools().Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return err
+		}
+	}
+	d, err := c.drivers.Lookup(p.Spec.Template.Driver)
+	if err != nil {
+		return err
+	}
+	var live []*api.Machine
+	for _, m := range ms {
+		switch {
+		case m.DeletionTimestamp != nil:
+			continue
+		case m.Annotations[api.DriverStateAnnotation] == "" && time.Since(m.CreationTimestamp.Time) > 30*time.Second:
+			// A crash between creating the Machine and recording its host.
+			if err := c.remove(ctx, d, p, m); err != nil {
+				return err
+			}
+			continue
+		}
+		live = append(live, m)
+	}
+	rev := Revision(p.Spec.Template)
+	for i := int32(len(live)); i < p.Spec.Replicas; i++ {
+		if err := c.create(ctx, d, p, rev); err != nil {
+			return err
+		}
+	}
+	if excess := len(live) - int(p.Spec.Replicas); excess > 0 {
+		for _, m := range victims(live, excess) {
+			if err := c.remove(ctx, d, p, m); err != nil {
+				return err
+			}
+		}
+	}
+	return c.updateStatus(ctx, p.Name, rev)
+}
+
+// victims chooses the machines a scale-down removes: those not Running
+// first (they serve nobody), then the newest (the oldest have proven
+// themselves), by name last so that the choice is stable.
+func victims(ms []*api.Machine, n int) []*api.Machine {
+	sorted := slices.Clone(ms)
+	sort.SliceStable(sorted, func(i, j int) bool {
+		ri, rj := sorted[i].Status.Phase == api.MachinePhaseRunning, sorted[j].Status.Phase == api.MachinePhaseRunning
+		if ri != rj {
+			return !ri
+		}
+		ti, tj := sorted[i].CreationTimestamp, sorted[j].CreationTimestamp
+		if !ti.Equal(&tj) {
+			return tj.Before(&ti)
+		}
+		return sorted[i].Name > sorted[j].Name
+	})
+	return sorted[:n]
+}
+
+func (c *Controller) create(ctx context.Context, d driver.Driver, p *api.MachinePool, rev string) error {
+	name := p.Name + "-" + randomSuffix()
+	tok, err := jointoken.Create(ctx, c.client, jointoken.CreateOptions{
+		TTL: tokenTTL, Cluster: p.Spec.Cluster, MaxUses: 1, Description: "machine " + name + " of pool " + p.Name,
+	})
+	if err != nil {
+		return fmt.Errorf("minting the join token of machine %s: %w", name, err)
+	}
+	lbls := map[string]string{}
+	for k, v := range p.Spec.Template.Labels {
+		lbls[k] = v
+	}
+	lbls[api.PoolLabel], lbls[api.PoolRevisionLabel] = p.Name, rev
+	m := &api.Machine{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls},
+		Spec:       api.MachineSpec{Cluster: p.Spec.Cluster, Driver: p.Spec.Template.Driver, JoinToken: tok.ID},
+	}
+	if _, err := c.client.MusterV1alpha1().Machines().Create(ctx, m, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating machine %s: %w", name, err)
+	}
+	state, err := d.Create(ctx, driver.CreateRequest{Name: name, Config: p.Spec.Template.DriverConfig, Bootstrap: driver.Bootstrap{
+		ServerURL: c.serverURL, Token: tok.String(),
+		Script: fmt.Sprintf("curl -sfL %s/install.sh | MUSTER_TOKEN=%s sh -s - agent --server %s --node-name %s", c.serverURL, tok.String(), c.serverURL, name),
+	}})
+	if err != nil {
+		return fmt.Errorf("driver %s could not create machine %s (it is retried): %w", p.Spec.Template.Driver, name, err)
+	}
+	encoded, err := driver.EncodeState(state)
+	if err != nil {
+		return err
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, api.DriverStateAnnotation, encoded)
+	if _, err := c.client.MusterV1alpha1().Machines().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("recording machine %s's driver state: %w", name, err)
+	}
+	// Pending → Provisioning, unless its agent already registered.
+	if cur, err := c.client.MusterV1alpha1().Machines().Get(ctx, name, metav1.GetOptions{}); err == nil && cur.Status.Phase == api.MachinePhasePending {
+		cur.Status.Phase, cur.Status.Reason = api.MachinePhaseProvisioning, "DriverCreatedHost"
+		_, _ = c.client.MusterV1alpha1().Machines().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+	}
+	klog.InfoS("Provisioned a pool machine", "pool", p.Name, "machine", name, "driver", p.Spec.Template.Driver)
+	return nil
+}
+
+// remove tears down a machine's host, then deletes the Machine (its
+// NodePassword and plan go with it): a host is never left without the
+// Machine that names it.
+func (c *Controller) remove(ctx context.Context, d driver.Driver, p *api.MachinePool, m *api.Machine) error {
+	state, _ := driver.DecodeState(m.Annotations[api.DriverStateAnnotation])
+	if err := d.Remove(ctx, driver.HostRequest{Name: m.Name, Config: p.Spec.Template.DriverConfig, State: state}); err != nil {
+		return fmt.Errorf("driver %s could not remove machine %s (it is retried; the Machine stays until it succeeds): %w", p.Spec.Template.Driver, m.Name, err)
+	}
+	err := c.client.MusterV1alpha1().Machines().Delete(ctx, m.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &m.UID}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting machine %s: %w", m.Name, err)
+	}
+	if m.Spec.JoinToken != "" {
+		_ = c.client.MusterV1alpha1().ClusterRegistrationTokens().Delete(ctx, m.Spec.JoinToken, metav1.DeleteOptions{})
+	}
+	klog.InfoS("Removed a pool machine", "pool", p.Name, "machine", m.Name)
+	return nil
+}
+
+// teardown removes every machine of a deleted pool, then lets the pool go.
+func (c *Controller) teardown(ctx context.Context, p *api.MachinePool, ms []*api.Machine) error {
+	if !slices.Contains(p.Finalizers, Finalizer) {
+		return nil
+	}
+	d, err := c.drivers.Lookup(p.Spec.Template.Driver)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if err := c.remove(ctx, d, p, m); err != nil {
+			return err
+		}
+	}
+	rest := slices.DeleteFunc(slices.Clone(p.Finalizers), func(f string) bool { return f == Finalizer })
+	patch := fmt.Sprintf(`{"metadata":{"finalizers":%s,"resourceVersion":%q}}`, mustJSON(rest), p.ResourceVersion)
+	_, err = c.client.MusterV1alpha1().MachinePools().Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+func (c *Controller) updateStatus(ctx context.Context, name, rev string) error {
+	p, err := c.client.MusterV1alpha1().MachinePools().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	ms, err := c.machines.List(labels.SelectorFromSet(labels.Set{api.PoolLabel: name}))
+	if err != nil {
+		return err
+	}
+	st := api.MachinePoolStatus{Revision: rev, ObservedGeneration: p.Generation}
+	for _, m := range ms {
+		if m.DeletionTimestamp != nil {
+			continue
+		}
+		st.Replicas++
+		if m.Status.Phase == api.MachinePhaseRunning {
+			st.ReadyReplicas++
+		}
+	}
+	if st == p.Status {
+		return nil
+	}
+	p.Status = st
+	_, err = c.client.MusterV1alpha1().MachinePools().UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	return err
+}
+
+func (c *Controller) setMessage(ctx context.Context, name, msg string) {
+	p, err := c.client.MusterV1alpha1().MachinePools().Get(ctx, name, metav1.GetOptions{})
+	if err != nil || p.Status.Message == msg {
+		return
+	}
+	if len(msg) > 1024 {
+		msg = msg[:1024]
+	}
+	p.Status.Message = msg
+	_, _ = c.client.MusterV1alpha1().MachinePools().UpdateStatus(ctx, p, metav1.UpdateOptions{})
+}
+
+func randomSuffix() string {
+	const letters = "bcdfghjklmnpqrstvwxz2456789"
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	var s strings.Builder
+	for _, x := range b {
+		s.WriteByte(letters[int(x)%len(letters)])
+	}
+	return s.String()
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

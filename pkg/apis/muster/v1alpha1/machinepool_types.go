@@ -1,0 +1,99 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// PoolLabel marks every Machine a MachinePool made with the pool's name, so
+// that `kubectl get machines -l muster.io/pool=NAME` lists them.
+const PoolLabel = "muster.io/pool"
+
+// PoolRevisionLabel records the template revision a pool's Machine was made from.
+const PoolRevisionLabel = "muster.io/pool-revision"
+
+// DriverStateAnnotation holds, on a pool's Machine, what its driver returned
+// when it created the machine's infrastructure (instance id, addresses,
+// process id), for the driver's later `remove` and `status` calls. Never a
+// secret: drivers are told so, and the server refuses nothing it cannot read.
+const DriverStateAnnotation = "muster.io/driver-state"
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// MachinePool is a set of machines the server provisions itself through a
+// driver, like a Rancher machine pool or a Cluster API MachineDeployment:
+// the server creates each Machine, mints a one-time join token bound to it,
+// has the driver start a host that runs the agent with that token, and
+// keeps `replicas` of them.
+type MachinePool struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is what the operator wants of the pool.
+	// +optional
+	Spec MachinePoolSpec `json:"spec,omitempty"`
+	// Status is what the server observed; written only through the status subresource.
+	// +optional
+	Status MachinePoolStatus `json:"status,omitempty"`
+}
+
+// MachinePoolSpec is the desired state of a MachinePool.
+type MachinePoolSpec struct {
+	// Cluster is the Cluster the pool's machines join. Immutable.
+	Cluster string `json:"cluster"`
+	// Replicas is how many machines the pool keeps, 0 to 1000.
+	Replicas int32 `json:"replicas"`
+	// Template is what each machine is made from.
+	Template MachineTemplate `json:"template"`
+}
+
+// MachineTemplate is what a pool's machines are made from.
+type MachineTemplate struct {
+	// Driver names the driver that creates and removes the machines' hosts:
+	// a built-in one ("process") or an executable muster-driver-NAME in the
+	// server's --drivers-dir.
+	Driver string `json:"driver"`
+	// DriverConfig is handed to the driver as is (at most 64 entries, 4 KiB
+	// each); it must not hold secrets, which would be stored in plaintext.
+	// +optional
+	DriverConfig map[string]string `json:"driverConfig,omitempty"`
+	// Labels are put on every Machine of the pool (roles are labels).
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// MachinePoolStatus is the observed state of a MachinePool.
+type MachinePoolStatus struct {
+	// Replicas is how many Machines the pool has, whatever their phase.
+	// +optional
+	Replicas int32 `json:"replicas"`
+	// ReadyReplicas is how many of them are Running.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas"`
+	// Revision is the content hash of the current template; a pool's
+	// Machines carry the revision they were made from in the
+	// muster.io/pool-revision label.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+	// Message says what the pool controller last could not do, and why.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// ObservedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// MachinePoolList is a list of MachinePools.
+type MachinePoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the pools.
+	Items []MachinePool `json:"items"`
+}
