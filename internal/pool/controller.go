@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	mrand "math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -144,33 +145,142 @@ func (c *Controller) reconcile(ctx context.Context, p *api.MachinePool) error {
 		live = append(live, m)
 	}
 	rev := Revision(p.Spec.Template)
-	for i := int32(len(live)); i < p.Spec.Replicas; i++ {
-		if err := c.create(ctx, d, p, rev); err != nil {
-			return err
+
+	// Remediation first: an unhealthy machine is replaced by the scaling
+	// below, unless so many are unhealthy that the fault is likely not
+	// theirs (Cluster API's short-circuit).
+	if bad := unhealthy(live, p.Spec.Health, time.Now()); len(bad) > 0 {
+		// Every machine down counts, not only those past the timeout:
+		// machines that failed together pass it one by one.
+		down := 0
+		for _, m := range live {
+			if m.Status.Phase == api.MachinePhaseUnavailable || m.Status.Phase == api.MachinePhaseFailed {
+				down++
+			}
 		}
-	}
-	if excess := len(live) - int(p.Spec.Replicas); excess > 0 {
-		for _, m := range victims(live, excess) {
+		if max := p.Spec.Health.MaxUnhealthy; max != nil && int32(down) > *max {
+			return c.updateStatus(ctx, p.Name, rev, fmt.Sprintf("%d of %d machines are unhealthy, more than maxUnhealthy %d: not replacing them until fewer are (check what they share: the network, the server, the driver)", down, len(live), *max))
+		}
+		for _, m := range bad {
+			klog.InfoS("Replacing an unhealthy pool machine", "pool", p.Name, "machine", m.Name, "phase", m.Status.Phase)
 			if err := c.remove(ctx, d, p, m); err != nil {
 				return err
 			}
 		}
+		live = slices.DeleteFunc(live, func(m *api.Machine) bool { return slices.Contains(bad, m) })
 	}
-	return c.updateStatus(ctx, p.Name, rev)
+
+	var current, old []*api.Machine
+	running := 0
+	for _, m := range live {
+		if m.Labels[api.PoolRevisionLabel] == rev {
+			current = append(current, m)
+		} else {
+			old = append(old, m)
+		}
+		if m.Status.Phase == api.MachinePhaseRunning {
+			running++
+		}
+	}
+	replicas := int(p.Spec.Replicas)
+	if len(old) == 0 {
+		for i := len(live); i < replicas; i++ {
+			if err := c.create(ctx, d, p, rev); err != nil {
+				return err
+			}
+		}
+		if excess := len(live) - replicas; excess > 0 {
+			for _, m := range victims(live, excess, p.Spec.DeletePolicy) {
+				if err := c.remove(ctx, d, p, m); err != nil {
+					return err
+				}
+			}
+		}
+		return c.updateStatus(ctx, p.Name, rev, "")
+	}
+
+	// A rolling replacement: new machines up to maxSurge above replicas;
+	// an old machine goes only while enough stay Running.
+	surge, maxUnavailable := 1, 0
+	if v := p.Spec.Strategy.MaxSurge; v != nil {
+		surge = int(*v)
+	}
+	if v := p.Spec.Strategy.MaxUnavailable; v != nil {
+		maxUnavailable = int(*v)
+	}
+	total := len(live)
+	for len(current) < replicas && total < replicas+surge {
+		if err := c.create(ctx, d, p, rev); err != nil {
+			return err
+		}
+		current = append(current, nil)
+		total++
+	}
+	// Old machines not Running serve nobody: they go first, and freely.
+	for _, m := range victims(old, len(old), "Oldest") {
+		isRunning := m.Status.Phase == api.MachinePhaseRunning
+		if isRunning && running-1 < replicas-maxUnavailable {
+			break // wait for a new machine to be Running
+		}
+		if err := c.remove(ctx, d, p, m); err != nil {
+			return err
+		}
+		total--
+		if isRunning {
+			running--
+		}
+	}
+	return c.updateStatus(ctx, p.Name, rev, fmt.Sprintf("rolling to revision %s: %d of %d machines on it", rev, len(current), replicas))
+}
+
+// unhealthy returns the machines Unavailable or Failed for longer than the
+// pool's unhealthyTimeout.
+func unhealthy(ms []*api.Machine, h api.MachinePoolHealth, now time.Time) []*api.Machine {
+	timeout := 5 * time.Minute
+	if h.UnhealthyTimeout != nil {
+		timeout = h.UnhealthyTimeout.Duration
+	}
+	if timeout <= 0 {
+		return nil
+	}
+	var bad []*api.Machine
+	for _, m := range ms {
+		if m.Status.Phase != api.MachinePhaseUnavailable && m.Status.Phase != api.MachinePhaseFailed {
+			continue
+		}
+		since := m.CreationTimestamp.Time
+		if n := len(m.Status.Transitions); n > 0 && m.Status.Transitions[n-1].To == string(m.Status.Phase) {
+			since = m.Status.Transitions[n-1].Time.Time
+		}
+		if now.Sub(since) >= timeout {
+			bad = append(bad, m)
+		}
+	}
+	return bad
 }
 
 // victims chooses the machines a scale-down removes: those not Running
-// first (they serve nobody), then the newest (the oldest have proven
-// themselves), by name last so that the choice is stable.
-func victims(ms []*api.Machine, n int) []*api.Machine {
+// first (they serve nobody), then by the delete policy: Newest (the
+// default: the oldest have proven themselves), Oldest or Random; by name
+// last so that the choice is stable.
+func victims(ms []*api.Machine, n int, policy string) []*api.Machine {
 	sorted := slices.Clone(ms)
+	if policy == "Random" {
+		mrand.Shuffle(len(sorted), func(i, j int) { sorted[i], sorted[j] = sorted[j], sorted[i] })
+	}
 	sort.SliceStable(sorted, func(i, j int) bool {
 		ri, rj := sorted[i].Status.Phase == api.MachinePhaseRunning, sorted[j].Status.Phase == api.MachinePhaseRunning
 		if ri != rj {
 			return !ri
 		}
+		if policy == "Random" {
+			return false
+		}
 		ti, tj := sorted[i].CreationTimestamp, sorted[j].CreationTimestamp
 		if !ti.Equal(&tj) {
+			if policy == "Oldest" {
+				return ti.Before(&tj)
+			}
 			return tj.Before(&ti)
 		}
 		return sorted[i].Name > sorted[j].Name
@@ -264,7 +374,7 @@ func (c *Controller) teardown(ctx context.Context, p *api.MachinePool, ms []*api
 	return err
 }
 
-func (c *Controller) updateStatus(ctx context.Context, name, rev string) error {
+func (c *Controller) updateStatus(ctx context.Context, name, rev, message string) error {
 	p, err := c.client.MusterV1alpha1().MachinePools().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return err
@@ -273,7 +383,7 @@ func (c *Controller) updateStatus(ctx context.Context, name, rev string) error {
 	if err != nil {
 		return err
 	}
-	st := api.MachinePoolStatus{Revision: rev, ObservedGeneration: p.Generation}
+	st := api.MachinePoolStatus{Revision: rev, ObservedGeneration: p.Generation, Message: message}
 	for _, m := range ms {
 		if m.DeletionTimestamp != nil {
 			continue
@@ -283,7 +393,8 @@ func (c *Controller) updateStatus(ctx context.Context, name, rev string) error {
 			st.ReadyReplicas++
 		}
 	}
-	if st == p.Status {
+	if st.Replicas == p.Status.Replicas && st.ReadyReplicas == p.Status.ReadyReplicas && st.Revision == p.Status.Revision &&
+		st.Message == p.Status.Message && st.ObservedGeneration == p.Status.ObservedGeneration {
 		return nil
 	}
 	p.Status = st

@@ -10,7 +10,9 @@ import (
 )
 
 func TestVictims(t *testing.T) {
-	at := func(min int) metav1.Time { return metav1.NewTime(time.Unix(0, 0).Add(time.Duration(min) * time.Minute)) }
+	at := func(min int) metav1.Time {
+		return metav1.NewTime(time.Unix(0, 0).Add(time.Duration(min) * time.Minute))
+	}
 	m := func(name string, phase api.MachinePhase, created int) *api.Machine {
 		return &api.Machine{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: at(created)}, Status: api.MachineStatus{Phase: phase}}
 	}
@@ -26,7 +28,7 @@ func TestVictims(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := victims(tc.ms, tc.n)
+			got := victims(tc.ms, tc.n, "")
 			var names []string
 			for _, v := range got {
 				names = append(names, v.Name)

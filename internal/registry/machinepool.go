@@ -46,6 +46,30 @@ var MachinePool = Kind[*api.MachinePool]{
 			}
 			errs = append(errs, validateMaxLen(v, maxDriverConfigValue, tmpl.Child("driverConfig").Key(k))...)
 		}
+		st := spec.Child("strategy")
+		surge, unavail := int32(1), int32(0)
+		if p.Spec.Strategy.MaxSurge != nil {
+			surge = *p.Spec.Strategy.MaxSurge
+			errs = append(errs, validateNonNegative(surge, st.Child("maxSurge"))...)
+		}
+		if p.Spec.Strategy.MaxUnavailable != nil {
+			unavail = *p.Spec.Strategy.MaxUnavailable
+			errs = append(errs, validateNonNegative(unavail, st.Child("maxUnavailable"))...)
+		}
+		if surge+unavail < 1 {
+			errs = append(errs, field.Invalid(st, fmt.Sprintf("maxSurge %d, maxUnavailable %d", surge, unavail), "maxSurge + maxUnavailable must be at least 1, or a template change could never roll"))
+		}
+		switch p.Spec.DeletePolicy {
+		case "", "Newest", "Oldest", "Random":
+		default:
+			errs = append(errs, field.NotSupported(spec.Child("deletePolicy"), p.Spec.DeletePolicy, []string{"Newest", "Oldest", "Random"}))
+		}
+		if h := p.Spec.Health.UnhealthyTimeout; h != nil && h.Duration < 0 {
+			errs = append(errs, field.Invalid(spec.Child("health", "unhealthyTimeout"), h.Duration.String(), "must not be negative"))
+		}
+		if m := p.Spec.Health.MaxUnhealthy; m != nil {
+			errs = append(errs, validateNonNegative(*m, spec.Child("health", "maxUnhealthy"))...)
+		}
 		errs = append(errs, validateLabels(p.Spec.Template.Labels, tmpl.Child("labels"))...)
 		for _, reserved := range []string{api.PoolLabel, api.PoolRevisionLabel} {
 			if _, ok := p.Spec.Template.Labels[reserved]; ok {

@@ -134,3 +134,94 @@ spec:
 		t.Errorf("NodePasswords left: %s", out)
 	}
 }
+
+// TestMachinePoolRollAndRemediate: a template change rolls with maxSurge 1
+// and maxUnavailable 0 without ever dropping below replicas Running; a
+// killed agent's machine is replaced after unhealthyTimeout; with every
+// machine down and maxUnhealthy 1, nothing is replaced and the pool says why.
+func TestMachinePoolRollAndRemediate(t *testing.T) {
+	s := startServer(t, "", "--agent-silence-threshold", "6s")
+	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
+	apply := func(role string, maxUnhealthy int) {
+		pool := fmt.Sprintf(`apiVersion: muster.io/v1alpha1
+kind: MachinePool
+metadata:
+  name: roll
+spec:
+  cluster: edge-east
+  replicas: 3
+  strategy: {maxSurge: 1, maxUnavailable: 0}
+  health: {unhealthyTimeout: 4s, maxUnhealthy: %d}
+  template:
+    driver: process
+    labels: {role: %s}
+`, maxUnhealthy, role)
+		path := filepath.Join(t.TempDir(), "pool.yaml")
+		if err := os.WriteFile(path, []byte(pool), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s.mustKubectl("apply", "-f", path)
+	}
+	apply("blue", 1)
+	waitFor(t, 120*time.Second, "3 pool machines Running", func() bool {
+		ms := poolMachines(s, "roll")
+		return len(ms) == 3 && countPhase(ms, "Running") == 3
+	})
+	first := poolMachines(s, "roll")
+
+	// Roll to a new template while sampling: never fewer than 3 Running.
+	apply("green", 1)
+	minRunning := 3
+	start := time.Now()
+	waitFor(t, 180*time.Second, "every machine replaced by a green one, all Running", func() bool {
+		ms := poolMachines(s, "roll")
+		if r := countPhase(ms, "Running"); r < minRunning {
+			minRunning = r
+		}
+		out, _ := s.kubectl("get", "machines", "-l", "muster.io/pool=roll,role=green", "-o", "name")
+		for m := range first {
+			if _, still := ms[m]; still {
+				return false
+			}
+		}
+		return strings.Count(out, "machine.muster.io/") == 3 && countPhase(ms, "Running") == 3 && len(ms) == 3
+	})
+	t.Logf("rolling replacement of 3 (maxSurge 1, maxUnavailable 0): %v", time.Since(start).Round(time.Millisecond))
+	if minRunning < 3 {
+		t.Errorf("the rollout dropped to %d Running machines, below replicas 3 with maxUnavailable 0", minRunning)
+	}
+
+	// kill -9 one agent: Unavailable, then replaced after unhealthyTimeout.
+	ms := poolMachines(s, "roll")
+	var victim string
+	for m := range ms {
+		victim = m
+		break
+	}
+	if err := syscall.Kill(agentPID(s, victim), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	waitFor(t, 90*time.Second, "the killed machine to be replaced and 3 Running again", func() bool {
+		now := poolMachines(s, "roll")
+		_, still := now[victim]
+		return !still && len(now) == 3 && countPhase(now, "Running") == 3
+	})
+	t.Logf("remediation of one killed machine (silence threshold 6s, unhealthyTimeout 4s): %v", time.Since(killed).Round(time.Millisecond))
+
+	// Kill all three with maxUnhealthy 1: no remediation, and the pool says why.
+	ms = poolMachines(s, "roll")
+	for m := range ms {
+		_ = syscall.Kill(agentPID(s, m), syscall.SIGKILL)
+	}
+	waitFor(t, 60*time.Second, "the pool to refuse remediating 3 unhealthy machines", func() bool {
+		msg, _ := s.kubectl("get", "machinepool", "roll", "-o", "jsonpath={.status.message}")
+		return strings.Contains(msg, "more than maxUnhealthy 1")
+	})
+	now := poolMachines(s, "roll")
+	for m := range ms {
+		if _, ok := now[m]; !ok {
+			t.Errorf("machine %s was replaced although more machines than maxUnhealthy are unhealthy", m)
+		}
+	}
+}

@@ -51,9 +51,11 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.MachinePlanSpec{}.OpenAPIModelName():                schema_pkg_apis_muster_v1alpha1_MachinePlanSpec(ref),
 		v1alpha1.MachinePlanStatus{}.OpenAPIModelName():              schema_pkg_apis_muster_v1alpha1_MachinePlanStatus(ref),
 		v1alpha1.MachinePool{}.OpenAPIModelName():                    schema_pkg_apis_muster_v1alpha1_MachinePool(ref),
+		v1alpha1.MachinePoolHealth{}.OpenAPIModelName():              schema_pkg_apis_muster_v1alpha1_MachinePoolHealth(ref),
 		v1alpha1.MachinePoolList{}.OpenAPIModelName():                schema_pkg_apis_muster_v1alpha1_MachinePoolList(ref),
 		v1alpha1.MachinePoolSpec{}.OpenAPIModelName():                schema_pkg_apis_muster_v1alpha1_MachinePoolSpec(ref),
 		v1alpha1.MachinePoolStatus{}.OpenAPIModelName():              schema_pkg_apis_muster_v1alpha1_MachinePoolStatus(ref),
+		v1alpha1.MachinePoolStrategy{}.OpenAPIModelName():            schema_pkg_apis_muster_v1alpha1_MachinePoolStrategy(ref),
 		v1alpha1.MachineSpec{}.OpenAPIModelName():                    schema_pkg_apis_muster_v1alpha1_MachineSpec(ref),
 		v1alpha1.MachineStatus{}.OpenAPIModelName():                  schema_pkg_apis_muster_v1alpha1_MachineStatus(ref),
 		v1alpha1.MachineTemplate{}.OpenAPIModelName():                schema_pkg_apis_muster_v1alpha1_MachineTemplate(ref),
@@ -1849,6 +1851,34 @@ func schema_pkg_apis_muster_v1alpha1_MachinePool(ref common.ReferenceCallback) c
 	}
 }
 
+func schema_pkg_apis_muster_v1alpha1_MachinePoolHealth(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "MachinePoolHealth is the pool's remediation, like a Cluster API MachineHealthCheck.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"unhealthyTimeout": {
+						SchemaProps: spec.SchemaProps{
+							Description: "UnhealthyTimeout is how long a machine may be Unavailable or Failed before it is replaced (default 5m; 0s never replaces).",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+					"maxUnhealthy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxUnhealthy stops remediation while more machines than this are unhealthy at once: then the fault is likely not theirs (a network or the server), and replacing them all would make it worse. Unset: no limit.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			metav1.Duration{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_muster_v1alpha1_MachinePoolList(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1924,9 +1954,30 @@ func schema_pkg_apis_muster_v1alpha1_MachinePoolSpec(ref common.ReferenceCallbac
 					},
 					"template": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Template is what each machine is made from.",
+							Description: "Template is what each machine is made from. Changing it rolls the pool's machines onto the new revision within Strategy.",
 							Default:     map[string]interface{}{},
 							Ref:         ref(v1alpha1.MachineTemplate{}.OpenAPIModelName()),
+						},
+					},
+					"strategy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Strategy bounds a rolling replacement after a template change.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.MachinePoolStrategy{}.OpenAPIModelName()),
+						},
+					},
+					"deletePolicy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "DeletePolicy chooses which Running machines a scale-down removes (machines not Running always go first): Newest (the default), Oldest or Random.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"health": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Health says when an unhealthy machine is replaced.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.MachinePoolHealth{}.OpenAPIModelName()),
 						},
 					},
 				},
@@ -1934,7 +1985,7 @@ func schema_pkg_apis_muster_v1alpha1_MachinePoolSpec(ref common.ReferenceCallbac
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.MachineTemplate{}.OpenAPIModelName()},
+			v1alpha1.MachinePoolHealth{}.OpenAPIModelName(), v1alpha1.MachinePoolStrategy{}.OpenAPIModelName(), v1alpha1.MachineTemplate{}.OpenAPIModelName()},
 	}
 }
 
@@ -1980,6 +2031,33 @@ func schema_pkg_apis_muster_v1alpha1_MachinePoolStatus(ref common.ReferenceCallb
 							Description: "ObservedGeneration is the spec generation this status describes.",
 							Type:        []string{"integer"},
 							Format:      "int64",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_MachinePoolStrategy(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "MachinePoolStrategy bounds a rolling replacement, as a Cluster API MachineDeployment's does. Their sum must be at least 1.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"maxSurge": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxSurge is how many machines above replicas a rollout may make (default 1).",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"maxUnavailable": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxUnavailable is how many machines below replicas may be not Running during a rollout (default 0: a new machine is Running before an old one goes).",
+							Type:        []string{"integer"},
+							Format:      "int32",
 						},
 					},
 				},

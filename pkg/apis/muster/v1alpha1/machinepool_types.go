@@ -46,8 +46,49 @@ type MachinePoolSpec struct {
 	Cluster string `json:"cluster"`
 	// Replicas is how many machines the pool keeps, 0 to 1000.
 	Replicas int32 `json:"replicas"`
-	// Template is what each machine is made from.
+	// Template is what each machine is made from. Changing it rolls the
+	// pool's machines onto the new revision within Strategy.
 	Template MachineTemplate `json:"template"`
+	// Strategy bounds a rolling replacement after a template change.
+	// +optional
+	Strategy MachinePoolStrategy `json:"strategy,omitempty"`
+	// DeletePolicy chooses which Running machines a scale-down removes
+	// (machines not Running always go first): Newest (the default),
+	// Oldest or Random.
+	// +optional
+	DeletePolicy string `json:"deletePolicy,omitempty"`
+	// Health says when an unhealthy machine is replaced.
+	// +optional
+	Health MachinePoolHealth `json:"health,omitempty"`
+}
+
+// MachinePoolStrategy bounds a rolling replacement, as a Cluster API
+// MachineDeployment's does. Their sum must be at least 1.
+type MachinePoolStrategy struct {
+	// MaxSurge is how many machines above replicas a rollout may make
+	// (default 1).
+	// +optional
+	MaxSurge *int32 `json:"maxSurge,omitempty"`
+	// MaxUnavailable is how many machines below replicas may be not
+	// Running during a rollout (default 0: a new machine is Running
+	// before an old one goes).
+	// +optional
+	MaxUnavailable *int32 `json:"maxUnavailable,omitempty"`
+}
+
+// MachinePoolHealth is the pool's remediation, like a Cluster API
+// MachineHealthCheck.
+type MachinePoolHealth struct {
+	// UnhealthyTimeout is how long a machine may be Unavailable or Failed
+	// before it is replaced (default 5m; 0s never replaces).
+	// +optional
+	UnhealthyTimeout *metav1.Duration `json:"unhealthyTimeout,omitempty"`
+	// MaxUnhealthy stops remediation while more machines than this are
+	// unhealthy at once: then the fault is likely not theirs (a network or
+	// the server), and replacing them all would make it worse. Unset: no
+	// limit.
+	// +optional
+	MaxUnhealthy *int32 `json:"maxUnhealthy,omitempty"`
 }
 
 // MachineTemplate is what a pool's machines are made from.

@@ -147,6 +147,11 @@ func (in MachinePool) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MachinePoolHealth) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.MachinePoolHealth"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in MachinePoolList) OpenAPIModelName() string {
 	return "io.muster.v1alpha1.MachinePoolList"
 }
@@ -159,6 +164,11 @@ func (in MachinePoolSpec) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in MachinePoolStatus) OpenAPIModelName() string {
 	return "io.muster.v1alpha1.MachinePoolStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MachinePoolStrategy) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.MachinePoolStrategy"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
