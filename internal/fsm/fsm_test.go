@@ -38,7 +38,7 @@ var spec = map[*Definition]struct {
 			"Updating -agent-silent-> Unavailable",
 			"Unavailable -agent-returned-> Running",
 			"Unavailable -agent-returned-mid-plan-> Updating",
-			"Pending -plan-failed-> Failed", "Provisioning -plan-failed-> Failed",
+			"Pending -provision-failed-> Failed", "Provisioning -provision-failed-> Failed",
 			"Registering -plan-failed-> Failed", "Bootstrapping -plan-failed-> Failed",
 			"Running -plan-failed-> Failed", "Updating -plan-failed-> Failed",
 			"Unavailable -plan-failed-> Failed",
@@ -398,9 +398,13 @@ func TestMachineInvariants(t *testing.T) {
 		if to, err := Machine.Fire(s, "drain"); err != nil || to != "Draining" {
 			t.Errorf("drain from %s: %q, %v", s, to, err)
 		}
+		failure := "plan-failed"
+		if s == "Pending" || s == "Provisioning" {
+			failure = "provision-failed" // no agent yet: no plan to fail
+		}
 		if s != "Failed" {
-			if to, err := Machine.Fire(s, "plan-failed"); err != nil || to != "Failed" {
-				t.Errorf("plan-failed from %s: %q, %v", s, to, err)
+			if to, err := Machine.Fire(s, failure); err != nil || to != "Failed" {
+				t.Errorf("%s from %s: %q, %v", failure, s, to, err)
 			}
 		}
 	}

@@ -18,6 +18,7 @@ const (
 
 	// Machine, and Cluster for EventAgentCheckedIn.
 	EventProvision            = "provision"
+	EventProvisionFailed      = "provision-failed"
 	EventRegister             = "register"
 	EventAgentCheckedIn       = "agent-checked-in"
 	EventPlanApplied          = "plan-applied"
@@ -88,7 +89,10 @@ var Machine = define("Machine", "Pending", machineStates, []transition{
 	{EventAgentSilent, []string{"Bootstrapping", "Running", "Updating"}, "Unavailable"},
 	{EventAgentReturned, []string{"Unavailable"}, "Running"},
 	{EventAgentReturnedMidPlan, []string{"Unavailable"}, "Updating"},
-	{EventPlanFailed, except(machineStates, "Failed", "Draining", "Deleting", "Deleted"), "Failed"},
+	// A host that never came up did not fail a plan: its driver could not
+	// make it (a pool machine), and its history says so.
+	{EventProvisionFailed, []string{"Pending", "Provisioning"}, "Failed"},
+	{EventPlanFailed, except(machineStates, "Pending", "Provisioning", "Failed", "Draining", "Deleting", "Deleted"), "Failed"},
 	{EventDrain, except(machineStates, "Draining", "Deleting", "Deleted"), "Draining"},
 	{EventDrained, []string{"Draining"}, "Deleting"},
 	{EventFinalized, []string{"Deleting"}, "Deleted"},

@@ -47,7 +47,7 @@ func TestAPIPhasesAreStates(t *testing.T) {
 func TestEventConstants(t *testing.T) {
 	constants := []string{
 		EventApprove, EventGrant, EventDeny, EventExpire,
-		EventProvision, EventRegister, EventAgentCheckedIn, EventPlanApplied, EventPlanChanged, EventPlanFixed,
+		EventProvision, EventProvisionFailed, EventRegister, EventAgentCheckedIn, EventPlanApplied, EventPlanChanged, EventPlanFixed,
 		EventAgentSilent, EventAgentReturned, EventAgentReturnedMidPlan, EventPlanFailed, EventDrain, EventDrained,
 		EventFinalized,
 		EventAwaitCheckIn, EventMachineUnhealthy, EventMachinesHealthy, EventDelete,

@@ -45,6 +45,10 @@ const Finalizer = "muster.io/pool-machines"
 // tokenTTL bounds a machine's join token: its host must join by then.
 const tokenTTL = 15 * time.Minute
 
+// createAttempts is how often a driver's create is tried, with doubling
+// backoff from a second, before the machine is Failed.
+const createAttempts = 3
+
 // resync reconciles every pool this often besides on every change, so that
 // a host that died (process gone) is noticed.
 const resync = 5 * time.Second
@@ -308,12 +312,24 @@ func (c *Controller) create(ctx context.Context, d driver.Driver, p *api.Machine
 	if _, err := c.client.MusterV1alpha1().Machines().Create(ctx, m, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating machine %s: %w", name, err)
 	}
-	state, err := d.Create(ctx, driver.CreateRequest{Name: name, Config: p.Spec.Template.DriverConfig, Bootstrap: driver.Bootstrap{
+	req := driver.CreateRequest{Name: name, Config: p.Spec.Template.DriverConfig, Bootstrap: driver.Bootstrap{
 		ServerURL: c.serverURL, Token: tok.String(),
 		Script: fmt.Sprintf("curl -sfL %s/install.sh | MUSTER_TOKEN=%s sh -s - agent --server %s --node-name %s", c.serverURL, tok.String(), c.serverURL, name),
-	}})
-	if err != nil {
-		return fmt.Errorf("driver %s could not create machine %s (it is retried): %w", p.Spec.Template.Driver, name, err)
+	}}
+	var state driver.State
+	for attempt, backoff := 1, time.Second; ; attempt, backoff = attempt+1, backoff*2 {
+		if state, err = d.Create(ctx, req); err == nil {
+			break
+		}
+		if attempt == createAttempts {
+			return c.failCreate(ctx, d, p, name, err)
+		}
+		klog.InfoS("A driver could not create a pool machine; retrying", "pool", p.Name, "machine", name, "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
 	}
 	encoded, err := driver.EncodeState(state)
 	if err != nil {
@@ -330,6 +346,31 @@ func (c *Controller) create(ctx context.Context, d driver.Driver, p *api.Machine
 	}
 	klog.InfoS("Provisioned a pool machine", "pool", p.Name, "machine", name, "driver", p.Spec.Template.Driver)
 	return nil
+}
+
+// failCreate records a driver's last refusal on the Machine, which is
+// Failed from then on with the driver's message; the host is removed by
+// name in case the driver made part of it. Remediation replaces the Machine
+// after unhealthyTimeout, which paces the next attempts.
+func (c *Controller) failCreate(ctx context.Context, d driver.Driver, p *api.MachinePool, name string, cause error) error {
+	_ = d.Remove(ctx, driver.HostRequest{Name: name, Config: p.Spec.Template.DriverConfig})
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, api.DriverStateAnnotation, `{"created":"false"}`)
+	if _, err := c.client.MusterV1alpha1().Machines().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return err
+	}
+	m, err := c.client.MusterV1alpha1().Machines().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	msg := cause.Error()
+	if len(msg) > 2048 {
+		msg = strings.ToValidUTF8(msg[:2048], "")
+	}
+	m.Status.Phase, m.Status.Reason, m.Status.Message = api.MachinePhaseFailed, "DriverCreateFailed", msg
+	if _, err := c.client.MusterV1alpha1().Machines().UpdateStatus(ctx, m, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	return fmt.Errorf("machine %s failed after %d attempts: %w", name, createAttempts, cause)
 }
 
 // remove tears down a machine's host, then deletes the Machine (its
@@ -387,6 +428,12 @@ func (c *Controller) updateStatus(ctx context.Context, name, rev, message string
 	for _, m := range ms {
 		if m.DeletionTimestamp != nil {
 			continue
+		}
+		if st.Message == "" && m.Status.Phase == api.MachinePhaseFailed {
+			st.Message = fmt.Sprintf("machine %s is Failed (%s): %s", m.Name, m.Status.Reason, m.Status.Message)
+			if len(st.Message) > 1024 {
+				st.Message = strings.ToValidUTF8(st.Message[:1024], "")
+			}
 		}
 		st.Replicas++
 		if m.Status.Phase == api.MachinePhaseRunning {

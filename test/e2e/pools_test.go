@@ -225,3 +225,43 @@ spec:
 		}
 	}
 }
+
+// TestMachinePoolDriverFailure: an executable driver whose create keeps
+// failing leaves, after its retries, a Failed Machine carrying the driver's
+// own message, and the pool says what failed.
+func TestMachinePoolDriverFailure(t *testing.T) {
+	drivers := t.TempDir()
+	script := "#!/bin/sh\ncat >/dev/null\necho \"quota exceeded in region east-1\" >&2\nexit 1\n"
+	if err := os.WriteFile(filepath.Join(drivers, "muster-driver-broken"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "", "--drivers-dir", drivers)
+	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
+	pool := `apiVersion: muster.io/v1alpha1
+kind: MachinePool
+metadata: {name: broken}
+spec:
+  cluster: edge-east
+  replicas: 1
+  health: {unhealthyTimeout: 0s}
+  template: {driver: broken}
+`
+	path := filepath.Join(t.TempDir(), "pool.yaml")
+	if err := os.WriteFile(path, []byte(pool), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.mustKubectl("apply", "-f", path)
+	waitFor(t, 60*time.Second, "the pool's machine to be Failed with the driver's message", func() bool {
+		out, _ := s.kubectl("get", "machines", "-l", "muster.io/pool=broken", "-o", "jsonpath={.items[*].status.phase}|{.items[*].status.message}")
+		return strings.HasPrefix(out, "Failed|") && strings.Contains(out, "quota exceeded in region east-1")
+	})
+	if out := s.mustKubectl("get", "machines", "-l", "muster.io/pool=broken", "-o", "jsonpath={.items[0].status.transitions[-1].event}"); out != "provision-failed" {
+		t.Errorf("the failed machine's last transition is %q, want provision-failed", out)
+	}
+	if msg := s.mustKubectl("get", "machinepool", "broken", "-o", "jsonpath={.status.message}"); !strings.Contains(msg, "quota exceeded") {
+		t.Errorf("the pool does not say why: %q", msg)
+	}
+	if out := s.mustKubectl("get", "machines", "-l", "muster.io/pool=broken", "-o", "name"); strings.Count(out, "machine.muster.io/") != 1 {
+		t.Errorf("a failing driver made more than one Machine: %s", out)
+	}
+}
