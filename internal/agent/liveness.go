@@ -22,12 +22,12 @@ const learnEvery = 6
 
 // checkIn reports the agent's version and addresses; it reports whether
 // the Machine now shows them.
-func (a *agent) checkIn(ctx context.Context, c versioned.Interface, machine string) bool {
+func (a *agent) checkIn(ctx context.Context, c versioned.Interface, machine string) error {
 	err := CheckIn(ctx, c, machine, addresses())
 	if err != nil {
 		a.say("checking in: %v", err)
 	}
-	return err == nil
+	return err
 }
 
 // voidAfter is how long the server must keep refusing the certificate
@@ -41,17 +41,23 @@ const voidAfter = 15 * time.Second
 // "machine ... no longer exists" once the Machine is deleted, or 401) for
 // voidAfter, it tells Run the Machine is gone.
 func (a *agent) heartbeat(ctx context.Context, c versioned.Interface, machine string) {
-	checkedIn := a.checkIn(ctx, c, machine)
+	checkedIn := false
 	var refusedSince, lostSince time.Time
 	// One timer for the agent's life, reset each beat.
 	timer := time.NewTimer(HeartbeatInterval)
 	defer timer.Stop()
 	for beat := 0; ; beat++ {
+		// A check-in that fails counts as a failed beat: a server lost
+		// before the first check-in is lost all the same.
+		var err error
 		if !checkedIn {
-			checkedIn = a.checkIn(ctx, c, machine)
+			err = a.checkIn(ctx, c, machine)
+			checkedIn = err == nil
 		}
 		next := HeartbeatInterval
-		err := Heartbeat(ctx, c)
+		if err == nil {
+			err = Heartbeat(ctx, c)
+		}
 		switch {
 		case ctx.Err() != nil:
 			return
