@@ -3,6 +3,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/muster-io/muster/internal/kubeconfig"
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/logformat"
+	"github.com/muster-io/muster/internal/manifests"
 	"github.com/muster-io/muster/internal/server"
 	"github.com/muster-io/muster/internal/version"
 )
@@ -90,7 +92,11 @@ certificate, a server token and an admin kubeconfig there.`,
 	// Machine pools: drivers beyond the built-in ones.
 	fl.StringVar(&cfg.DriversDir, "drivers-dir", "", "directory of machine-pool drivers (executables muster-driver-NAME); the built-in driver is \"process\"")
 
-	cmd.AddCommand(newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg), version.Command("muster-server"))
+	// Aggregated mode: behind a kube-apiserver (docs/aggregated.md).
+	fl.StringVar(&cfg.AuthenticationKubeconfig, "authentication-kubeconfig", "", "aggregated mode: kubeconfig of the kube-apiserver that authenticates the users its aggregator sends (front-proxy headers, TokenReview)")
+	fl.StringVar(&cfg.AuthorizationKubeconfig, "authorization-kubeconfig", "", "aggregated mode: kubeconfig of the kube-apiserver that authorizes those users (SubjectAccessReview)")
+
+	cmd.AddCommand(newManifestsCommand(&cfg), newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg), version.Command("muster-server"))
 	return cmd
 }
 
@@ -139,5 +145,33 @@ muster:operators, muster:viewers, muster:metrics-readers (docs/security.md,
 	cmd.Flags().StringVar(&userName, "user", "", "mint a certificate for this user name (a person or a tool), from the CA in --data-dir")
 	cmd.Flags().StringSliceVar(&groups, "group", nil, "with --user: the user's group (repeatable): muster:viewers, muster:operators, muster:metrics-readers or system:masters")
 	cmd.Flags().DurationVar(&validity, "validity", 90*24*time.Hour, "with --user: how long the certificate is valid")
+	return cmd
+}
+
+func newManifestsCommand(cfg *server.Config) *cobra.Command {
+	cmd := groupCommand("manifests", "Print Kubernetes manifests for running muster with Kubernetes")
+	a := manifests.Aggregated{}
+	agg := &cobra.Command{
+		Use:   "aggregated",
+		Short: "Print the APIService, Service, endpoints and RBAC that put muster behind a kube-apiserver",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			files, err := bootstrap.Paths(cfg.DataDir)
+			if err != nil {
+				return err
+			}
+			if a.CA, err = os.ReadFile(files.CACert); err != nil {
+				return fmt.Errorf("reading muster's CA: %w (run this on the server's host with its --data-dir)", err)
+			}
+			return a.Write(cmd.OutOrStdout())
+		},
+	}
+	f := agg.Flags()
+	f.StringVar(&a.Namespace, "namespace", "muster", "namespace of the Service")
+	f.StringVar(&a.Service, "service", "muster-api", "name of the Service; muster's serving certificate must carry SERVICE.NAMESPACE.svc (--tls-san)")
+	f.StringVar(&a.Address, "address", "", "IP address the kube-apiserver reaches muster on (not loopback)")
+	f.IntVar(&a.Port, "port", 9443, "muster's --https-port")
+	f.StringVar(&a.User, "user", "", "the user of muster's --authentication-kubeconfig, bound to system:auth-delegator and extension-apiserver-authentication-reader")
+	cmd.AddCommand(agg)
 	return cmd
 }

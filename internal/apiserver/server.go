@@ -78,6 +78,8 @@ type Config struct {
 	// PeerHandlers are non-resource paths served to the other servers of
 	// the deployment (group muster:servers) and to administrators only.
 	PeerHandlers map[string]http.Handler
+	// Delegation, if set, runs Muster behind a kube-apiserver (aggregated mode).
+	Delegation *Delegation
 	// PublicHandlers are non-resource paths served to anyone, like
 	// /cacerts (the install script and its binaries); a path ending in "/"
 	// is a prefix.
@@ -190,7 +192,16 @@ func New(cfg Config) (*Server, error) {
 	for path := range cfg.PeerHandlers {
 		peerPaths = append(peerPaths, path)
 	}
-	rc.Authorization.Authorizer = authorizer.AuthorizerFunc(Authorizer{Rules: []authorizer.AuthorizerFunc{cfg.Agents.Authorize}, PeerPaths: peerPaths, PublicPaths: publicPaths}.Authorize)
+	rules := []authorizer.AuthorizerFunc{cfg.Agents.Authorize}
+	if cfg.Delegation.enabled() {
+		authn, authz, err := cfg.Delegation.apply(rc, rc.Authentication.Authenticator)
+		if err != nil {
+			return nil, err
+		}
+		rc.Authentication.Authenticator = authn
+		rules = append(rules, delegate(authz))
+	}
+	rc.Authorization.Authorizer = authorizer.AuthorizerFunc(Authorizer{Rules: rules, PeerPaths: peerPaths, PublicPaths: publicPaths}.Authorize)
 	// The loopback client (controllers inside this process) authenticates as a
 	// privileged user with a random token that never leaves the process.
 	genericapiserver.AuthorizeClientBearerToken(rc.LoopbackClientConfig, &rc.Authentication, &rc.Authorization)

@@ -54,3 +54,23 @@ func CheckUser(name string, groups []string) error {
 	}
 	return nil
 }
+
+// Reserved says whether u claims an identity only Muster itself issues (an
+// agent's, a bootstrap caller's, a server's). Identities another
+// authenticator vouches for (a kube-apiserver in aggregated mode) must not:
+// Muster would grant them what it grants its own agents.
+func Reserved(u user.Info) bool {
+	for _, p := range []string{bootstrapPrefix, machinePrefix, machineUIDPrefix, serverPrefix} {
+		if strings.HasPrefix(u.GetName(), p) {
+			return true
+		}
+	}
+	for _, g := range u.GetGroups() {
+		switch {
+		case g == BootstrappersGroup, g == InactiveBootstrappersGroup, g == MachinesGroup, g == ServersGroup,
+			strings.HasPrefix(g, machineUIDPrefix):
+			return true
+		}
+	}
+	return false
+}

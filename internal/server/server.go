@@ -68,6 +68,11 @@ type Config struct {
 	// (muster-driver-NAME); the built-in "process" driver keeps its
 	// machines under <data-dir>/pools.
 	DriversDir string
+
+	// Aggregated mode: kubeconfigs of the kube-apiserver that authenticates
+	// and authorizes the users its aggregator sends (sample-apiserver's
+	// --authentication-kubeconfig and --authorization-kubeconfig).
+	AuthenticationKubeconfig, AuthorizationKubeconfig string
 }
 
 // defaultGCPercent is the garbage collector's target when GOGC is not set.
@@ -173,6 +178,7 @@ func run(ctx context.Context, cfg Config) error {
 		MaxRequestsInFlight:         cfg.MaxRequestsInFlight,
 		MaxMutatingRequestsInFlight: cfg.MaxMutatingRequestsInFlight,
 		PeerHandlers:                map[string]http.Handler{lifecycle.ReportPath: liveness},
+		Delegation:                  &apiserver.Delegation{AuthenticationKubeconfig: cfg.AuthenticationKubeconfig, AuthorizationKubeconfig: cfg.AuthorizationKubeconfig},
 		PublicHandlers:              install.New(install.Config{AgentBinary: cfg.AgentBinary}).Paths(),
 		Registrations:               joins.Storage,
 		EventTTL:                    cfg.EventTTL,
