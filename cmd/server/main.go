@@ -4,6 +4,7 @@ package main
 
 import (
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -80,7 +81,12 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.StringVar(&logFormat, "log-format", "text", logformat.Usage)
 	fl.DurationVar(&cfg.AgentSilenceThreshold, "agent-silence-threshold", lifecycle.DefaultSilenceThreshold, "how long an agent may go unheard before its Machine is Unavailable (agents heartbeat every 5s)")
 
-	cmd.AddCommand(newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg), version.Command("muster-server"))
+	// Datastore operations: the transition history.
+	fl.BoolVar(&cfg.History, "transition-history", true, "keep every transition of every object in the datastore's muster_transitions table (muster-server history); SQLite and PostgreSQL only")
+	fl.DurationVar(&cfg.HistoryRetention.MaxAge, "history-retention", 365*24*time.Hour, "drop transition history records older than this (0: keep them)")
+	fl.IntVar(&cfg.HistoryRetention.MaxRecords, "history-max-records", 1_000_000, "keep at most this many transition history records, the newest (0: no limit)")
+
+	cmd.AddCommand(newHistoryCommand(&cfg), newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg), version.Command("muster-server"))
 	return cmd
 }
 

@@ -1,8 +1,10 @@
 package store
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -63,4 +65,31 @@ func rebind(dialect, q string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// OpenReadSQL opens a datastore's SQL database for reading muster's tables
+// from outside a server (muster-server history): it creates nothing, and
+// says so when the data dir or database has no muster schema.
+func OpenReadSQL(ctx context.Context, dataDir, endpoint string) (*sql.DB, string, error) {
+	kind, err := backendOf(endpoint)
+	if err != nil {
+		return nil, "", err
+	}
+	if kind == "etcd" {
+		return nil, "", fmt.Errorf("the transition history is kept in SQL (SQLite or PostgreSQL); an external etcd has none")
+	}
+	if kind == "sqlite" {
+		if _, err := os.Stat(SQLitePath(dataDir)); err != nil {
+			return nil, "", fmt.Errorf("no SQLite datastore in --data-dir %s (%v): give the server's --data-dir, or --datastore-endpoint-file for PostgreSQL", dataDir, err)
+		}
+	}
+	db, dialect, err := OpenSQL(dataDir, endpoint)
+	if err != nil {
+		return nil, "", err
+	}
+	if v, _, err := SchemaVersion(ctx, db); err != nil || v == 0 {
+		db.Close()
+		return nil, "", fmt.Errorf("the %s datastore has no muster schema yet: start muster-server on it once (schema version %d, %v)", dialect, v, err)
+	}
+	return db, dialect, nil
 }
