@@ -86,7 +86,7 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.DurationVar(&cfg.HistoryRetention.MaxAge, "history-retention", 365*24*time.Hour, "drop transition history records older than this (0: keep them)")
 	fl.IntVar(&cfg.HistoryRetention.MaxRecords, "history-max-records", 1_000_000, "keep at most this many transition history records, the newest (0: no limit)")
 
-	cmd.AddCommand(newHistoryCommand(&cfg), newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg), version.Command("muster-server"))
+	cmd.AddCommand(newHistoryCommand(&cfg), newDatastoreCommand(&cfg), newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg), version.Command("muster-server"))
 	return cmd
 }
 

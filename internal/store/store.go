@@ -45,6 +45,9 @@ const (
 type Config struct {
 	// DataDir holds the SQLite database (db/state.db) and kine's socket (kine.sock).
 	DataDir string
+	// SocketDir, if set, holds kine's socket instead of DataDir: a command
+	// that opens a datastore a server also uses must not take its socket.
+	SocketDir string
 	// Endpoint is --datastore-endpoint: "" for SQLite, postgres:// for
 	// PostgreSQL, http(s):// for an external etcd.
 	Endpoint string
@@ -107,7 +110,11 @@ func Open(ctx context.Context, cfg Config) (*Datastore, error) {
 	}
 	kctx, cancel := context.WithCancel(context.Background())
 	ds.cancel = cancel
-	socket := filepath.Join(cfg.DataDir, "kine.sock")
+	socketDir := cfg.DataDir
+	if cfg.SocketDir != "" {
+		socketDir = cfg.SocketDir
+	}
+	socket := filepath.Join(socketDir, "kine.sock")
 	kc := kineConfig(kineEndpoint, "unix://"+socket, poll)
 	kc.GRPCServer = grpcServer(WriteConcurrency(kind))
 	etcd, err := endpoint.Listen(kctx, kc)
