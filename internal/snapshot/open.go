@@ -19,7 +19,7 @@ type Datastore struct {
 	Backend string
 	// Online is true when it goes through a running server's kine.
 	Online bool
-	close   []func()
+	close  []func()
 }
 
 // Close ends the connection and what was started for it.

@@ -210,4 +210,3 @@ func sqlTime(t *testing.T, v any) time.Time {
 	t.Fatalf("time of type %T", v)
 	return time.Time{}
 }
-
