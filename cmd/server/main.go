@@ -86,6 +86,11 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.DurationVar(&cfg.HistoryRetention.MaxAge, "history-retention", 365*24*time.Hour, "drop transition history records older than this (0: keep them)")
 	fl.IntVar(&cfg.HistoryRetention.MaxRecords, "history-max-records", 1_000_000, "keep at most this many transition history records, the newest (0: no limit)")
 
+	// Datastore operations: scheduled snapshots.
+	fl.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", 0, "take a datastore snapshot (muster-server datastore restore reads it) this often, e.g. 12h (0: never)")
+	fl.StringVar(&cfg.SnapshotDir, "snapshot-dir", "", "directory of the scheduled snapshots, files mode 0600 (default: snapshots in --data-dir)")
+	fl.IntVar(&cfg.SnapshotRetention, "snapshot-retention", 5, "how many scheduled snapshots to keep, the newest")
+
 	cmd.AddCommand(newHistoryCommand(&cfg), newDatastoreCommand(&cfg), newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg), version.Command("muster-server"))
 	return cmd
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/muster-io/muster/internal/history"
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/lifecycle"
+	"github.com/muster-io/muster/internal/snapshot"
 	"github.com/muster-io/muster/internal/store"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
@@ -64,6 +65,12 @@ type Config struct {
 	History bool
 	// HistoryRetention bounds the transition history by age and count.
 	HistoryRetention history.Retention
+	// SnapshotInterval is how often a snapshot of the datastore is taken
+	// into SnapshotDir (default DataDir/snapshots); zero for none.
+	SnapshotInterval time.Duration
+	SnapshotDir      string
+	// SnapshotRetention is how many scheduled snapshots are kept.
+	SnapshotRetention int
 }
 
 // defaultGCPercent is the garbage collector's target when GOGC is not set.
@@ -145,6 +152,11 @@ func run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer stopHistory()
+	stopSnapshots, err := startSnapshots(ctx, cfg, ds)
+	if err != nil {
+		return err
+	}
+	defer stopSnapshots()
 	self := serverName(state.AdvertiseAddress, cfg.HTTPSPort)
 	advertised := net.JoinHostPort(state.AdvertiseAddress, fmt.Sprint(cfg.HTTPSPort))
 	peerTLS, err := peerTLSConfig(state.CA, self)
@@ -216,6 +228,25 @@ func startHistory(ctx context.Context, cfg Config, ds *store.Datastore) (func(),
 	done := make(chan struct{})
 	w := &history.Writer{DB: ds.SQL(), Dialect: ds.Backend(), Client: client, Retention: cfg.HistoryRetention}
 	go func() { defer close(done); w.Run(hctx) }()
+	return func() { cancel(); <-done; client.Close() }, nil
+}
+
+// startSnapshots takes scheduled snapshots of the datastore.
+func startSnapshots(ctx context.Context, cfg Config, ds *store.Datastore) (func(), error) {
+	if cfg.SnapshotInterval <= 0 {
+		return func() {}, nil
+	}
+	dir := cfg.SnapshotDir
+	if dir == "" {
+		dir = filepath.Join(cfg.DataDir, "snapshots")
+	}
+	client, err := ds.Client()
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); snapshot.Schedule(sctx, client, ds.Backend(), dir, cfg.SnapshotInterval, cfg.SnapshotRetention) }()
 	return func() { cancel(); <-done; client.Close() }, nil
 }
 

@@ -268,3 +268,35 @@ func datastoreScale() (objects, agents int) {
 	}
 	return 300, 2
 }
+
+// TestDatastoreScheduledSnapshots: --snapshot-interval takes snapshots
+// (mode 0600) and --snapshot-retention keeps the newest.
+func TestDatastoreScheduledSnapshots(t *testing.T) {
+	s := startServer(t, "", "--snapshot-interval", "1s", "--snapshot-retention", "2")
+	dir := filepath.Join(s.dataDir, "snapshots")
+	waitFor(t, 60*time.Second, "four scheduled snapshots", func() bool {
+		return strings.Count(s.log.String(), "Scheduled snapshot taken") >= 4
+	})
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".snapshot") {
+			kept = append(kept, e.Name())
+			fi, err := e.Info()
+			if err != nil || fi.Mode().Perm() != 0o600 {
+				t.Errorf("%s mode %v, %v; want 0600", e.Name(), fi.Mode().Perm(), err)
+			}
+		}
+	}
+	if len(kept) < 1 || len(kept) > 3 { // 2 kept, plus one being written at most
+		t.Errorf("kept %v, want the newest 2", kept)
+	}
+	// A scheduled snapshot restores like any other.
+	r := newServer(t, "127.0.0.1", "")
+	if out, err := datastoreCLI(r, nil, "datastore", "restore", filepath.Join(dir, kept[len(kept)-1])); err != nil {
+		t.Fatalf("restore of a scheduled snapshot: %v\n%s", err, out)
+	}
+}
