@@ -246,7 +246,10 @@ func startSnapshots(ctx context.Context, cfg Config, ds *store.Datastore) (func(
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); snapshot.Schedule(sctx, client, ds.Backend(), dir, cfg.SnapshotInterval, cfg.SnapshotRetention) }()
+	go func() {
+		defer close(done)
+		snapshot.Schedule(sctx, client, ds.Backend(), dir, cfg.SnapshotInterval, cfg.SnapshotRetention)
+	}()
 	return func() { cancel(); <-done; client.Close() }, nil
 }
 
