@@ -96,7 +96,17 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.StringVar(&cfg.AuthenticationKubeconfig, "authentication-kubeconfig", "", "aggregated mode: kubeconfig of the kube-apiserver that authenticates the users its aggregator sends (front-proxy headers, TokenReview)")
 	fl.StringVar(&cfg.AuthorizationKubeconfig, "authorization-kubeconfig", "", "aggregated mode: kubeconfig of the kube-apiserver that authorizes those users (SubjectAccessReview)")
 
-	cmd.AddCommand(newManifestsCommand(&cfg), newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg), version.Command("muster-server"))
+	// Datastore operations: the transition history.
+	fl.BoolVar(&cfg.History, "transition-history", true, "keep every transition of every object in the datastore's muster_transitions table (muster-server history); SQLite and PostgreSQL only")
+	fl.DurationVar(&cfg.HistoryRetention.MaxAge, "history-retention", 365*24*time.Hour, "drop transition history records older than this (0: keep them)")
+	fl.IntVar(&cfg.HistoryRetention.MaxRecords, "history-max-records", 1_000_000, "keep at most this many transition history records, the newest (0: no limit)")
+
+	// Datastore operations: scheduled snapshots.
+	fl.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", 0, "take a datastore snapshot (muster-server datastore restore reads it) this often, e.g. 12h (0: never)")
+	fl.StringVar(&cfg.SnapshotDir, "snapshot-dir", "", "directory of the scheduled snapshots, files mode 0600 (default: snapshots in --data-dir)")
+	fl.IntVar(&cfg.SnapshotRetention, "snapshot-retention", 5, "how many scheduled snapshots to keep, the newest")
+
+	cmd.AddCommand(newManifestsCommand(&cfg), newHistoryCommand(&cfg), newDatastoreCommand(&cfg), newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg), version.Command("muster-server"))
 	return cmd
 }
 

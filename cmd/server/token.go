@@ -37,7 +37,7 @@ const kubeconfigUsage = "admin kubeconfig (default: --data-dir's admin.kubeconfi
 func newTokenCommand(cfg *server.Config) *cobra.Command {
 	var kubeconfig string
 	client := adminClient(cfg, &kubeconfig)
-	cmd := groupCommand("token", "Create, list and revoke join tokens")
+	cmd := groupCommand("token", "Create, list and revoke join tokens; rotate the server token")
 	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", kubeconfigUsage)
 
 	opts := jointoken.CreateOptions{}
@@ -104,7 +104,7 @@ func newTokenCommand(cfg *server.Config) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(create, list, revoke)
+	cmd.AddCommand(create, list, revoke, newTokenRotateCommand(cfg))
 	return cmd
 }
 

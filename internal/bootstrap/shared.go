@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/muster-io/muster/internal/pki"
 )
@@ -161,4 +162,40 @@ func NewToken() (string, error) {
 		return "", fmt.Errorf("generating the server token: %w", err)
 	}
 	return fmt.Sprintf("%x", raw), nil
+}
+
+// Reseal opens the sealed CA with oldToken and seals it again with
+// newToken: the same CA, so every certificate it issued stays valid.
+func Reseal(oldToken, newToken string, blob []byte) ([]byte, error) {
+	if err := validToken(newToken); err != nil {
+		return nil, err
+	}
+	shared, err := OpenCA(oldToken, blob)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := pki.LoadCA(shared.CertPEM, shared.KeyPEM)
+	if err != nil {
+		return nil, err
+	}
+	return SealCA(newToken, ca)
+}
+
+// WriteToken replaces the server token kept in the data dir (mode 0600).
+func WriteToken(dataDir, token string) error {
+	if err := validToken(token); err != nil {
+		return err
+	}
+	files, err := Paths(dataDir)
+	if err != nil {
+		return err
+	}
+	return pki.WriteFileAtomic(files.Token, []byte(token+"\n"), secretMode)
+}
+
+func validToken(token string) error {
+	if len(token) < minTokenLen || strings.ContainsAny(token, " \t\r\n") {
+		return fmt.Errorf("the new server token is too short or has whitespace: give at least %d characters on one line (muster-server generates 64 hex characters: openssl rand -hex 32)", minTokenLen)
+	}
+	return nil
 }

@@ -227,7 +227,8 @@ func startAt(def *fsm.Definition, obj runtime.Object, reason string, events ...s
 		if err != nil {
 			return err
 		}
-		history = append(history, api.Transition{From: state, To: to, Event: event, Reason: reason, Time: nowFunc()})
+		history = append(history, api.Transition{From: state, To: to, Event: event, Reason: reason, Time: nowFunc(),
+			Seq: int64(len(history)) + 1, By: "muster-server"})
 		state = to
 	}
 	setPhase(obj, state)

@@ -124,7 +124,7 @@ func (s statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.O
 	from, to := phase(old), phase(obj)
 	if event, err := s.kind.lifecycle.EventFor(from, to); err == nil && event != "" {
 		transitions = appendTransition(transitions, v1alpha1.Transition{
-			From: from, To: to, Event: event, Reason: reason(obj), Time: nowFunc(),
+			From: from, To: to, Event: event, Reason: reason(obj), Time: nowFunc(), By: causedBy(ctx),
 		})
 	}
 	setField(obj, "Status.Transitions", reflect.ValueOf(transitions))
@@ -158,6 +158,14 @@ func (s statusStrategy) validateAgent(ctx context.Context, obj, old runtime.Obje
 	return s.kind.agentStatus(obj, old)
 }
 
+// causedBy names the user of the request, for the transition record.
+func causedBy(ctx context.Context) string {
+	if u, ok := request.UserFrom(ctx); ok {
+		return u.GetName()
+	}
+	return "muster-server"
+}
+
 // isAgent reports whether a machine's agent, with its certificate, makes the request.
 func isAgent(ctx context.Context) bool {
 	u, ok := request.UserFrom(ctx)
@@ -186,8 +194,13 @@ func keepMainManagedFields(obj, old metav1.Object) {
 	obj.SetManagedFields(kept)
 }
 
-// appendTransition adds rec and drops the oldest records past the bound.
+// appendTransition adds rec, numbered after the last record, and drops the
+// oldest records past the bound.
 func appendTransition(list []v1alpha1.Transition, rec v1alpha1.Transition) []v1alpha1.Transition {
+	rec.Seq = int64(len(list)) + 1
+	if n := len(list); n > 0 && list[n-1].Seq > 0 {
+		rec.Seq = list[n-1].Seq + 1
+	}
 	list = append(list, rec)
 	if over := len(list) - v1alpha1.MaxTransitions; over > 0 {
 		list = append([]v1alpha1.Transition(nil), list[over:]...)

@@ -34,3 +34,7 @@ func lockDataDir(dir string) (*os.File, error) {
 	}
 	return f, nil
 }
+
+// LockDataDir is lockDataDir for the offline datastore commands (migrate,
+// restore): they refuse a data dir a running server holds.
+func LockDataDir(dir string) (*os.File, error) { return lockDataDir(dir) }

@@ -16,11 +16,14 @@ import (
 
 	"github.com/muster-io/muster/internal/apiserver"
 	"github.com/muster-io/muster/internal/events"
+	"github.com/muster-io/muster/internal/history"
 	"github.com/muster-io/muster/internal/install"
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/metrics"
+	"github.com/muster-io/muster/internal/snapshot"
 	"github.com/muster-io/muster/internal/store"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
 // Config is muster-server's configuration, one field per flag.
@@ -73,6 +76,19 @@ type Config struct {
 	// and authorizes the users its aggregator sends (sample-apiserver's
 	// --authentication-kubeconfig and --authorization-kubeconfig).
 	AuthenticationKubeconfig, AuthorizationKubeconfig string
+
+	// Datastore operations (transition history, snapshots).
+
+	// History turns the transition history writer on (internal/history).
+	History bool
+	// HistoryRetention bounds the transition history by age and count.
+	HistoryRetention history.Retention
+	// SnapshotInterval is how often a snapshot of the datastore is taken
+	// into SnapshotDir (default DataDir/snapshots); zero for none.
+	SnapshotInterval time.Duration
+	SnapshotDir      string
+	// SnapshotRetention is how many scheduled snapshots are kept.
+	SnapshotRetention int
 }
 
 // defaultGCPercent is the garbage collector's target when GOGC is not set.
@@ -149,6 +165,16 @@ func run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	stopHistory, err := startHistory(ctx, cfg, ds)
+	if err != nil {
+		return err
+	}
+	defer stopHistory()
+	stopSnapshots, err := startSnapshots(ctx, cfg, ds)
+	if err != nil {
+		return err
+	}
+	defer stopSnapshots()
 	self := serverName(state.AdvertiseAddress, cfg.HTTPSPort)
 	advertised := net.JoinHostPort(state.AdvertiseAddress, fmt.Sprint(cfg.HTTPSPort))
 	peerTLS, err := peerTLSConfig(state.CA, self)
@@ -212,6 +238,50 @@ func run(ctx context.Context, cfg Config) error {
 	klog.InfoS("muster-server starting", "server", self, "advertise", advertised, "dataDir", cfg.DataDir, "datastore", ds.Backend(),
 		"https", net.JoinHostPort(cfg.BindAddress, fmt.Sprint(cfg.HTTPSPort)), "adminKubeconfig", state.Files.AdminKubeconfig)
 	return api.Run(ctx)
+}
+
+// startHistory runs the transition history writer beside the API; its stop
+// waits for it, so that the datastore closes after it.
+func startHistory(ctx context.Context, cfg Config, ds *store.Datastore) (func(), error) {
+	switch {
+	case !cfg.History:
+		klog.InfoS("The transition history is off (--transition-history=false): muster-server history shows nothing new")
+		return func() {}, nil
+	case ds.SQL() == nil:
+		klog.InfoS("The transition history is kept in SQL beside kine's table and is not available on an external etcd: muster-server history shows nothing; each object's status.transitions still holds its last " + fmt.Sprint(api.MaxTransitions) + " transitions")
+		return func() {}, nil
+	}
+	client, err := ds.Client()
+	if err != nil {
+		return nil, err
+	}
+	hctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	w := &history.Writer{DB: ds.SQL(), Dialect: ds.Backend(), Client: client, Retention: cfg.HistoryRetention}
+	go func() { defer close(done); w.Run(hctx) }()
+	return func() { cancel(); <-done; client.Close() }, nil
+}
+
+// startSnapshots takes scheduled snapshots of the datastore.
+func startSnapshots(ctx context.Context, cfg Config, ds *store.Datastore) (func(), error) {
+	if cfg.SnapshotInterval <= 0 {
+		return func() {}, nil
+	}
+	dir := cfg.SnapshotDir
+	if dir == "" {
+		dir = filepath.Join(cfg.DataDir, "snapshots")
+	}
+	client, err := ds.Client()
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		snapshot.Schedule(sctx, client, ds.Backend(), dir, cfg.SnapshotInterval, cfg.SnapshotRetention)
+	}()
+	return func() { cancel(); <-done; client.Close() }, nil
 }
 
 func checkPort(bind net.IP, port int) error {

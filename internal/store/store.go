@@ -11,6 +11,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
@@ -44,6 +45,9 @@ const (
 type Config struct {
 	// DataDir holds the SQLite database (db/state.db) and kine's socket (kine.sock).
 	DataDir string
+	// SocketDir, if set, holds kine's socket instead of DataDir: a command
+	// that opens a datastore a server also uses must not take its socket.
+	SocketDir string
 	// Endpoint is --datastore-endpoint: "" for SQLite, postgres:// for
 	// PostgreSQL, http(s):// for an external etcd.
 	Endpoint string
@@ -58,6 +62,9 @@ type Datastore struct {
 	backend   string
 	endpoints []string
 	cancel    context.CancelFunc
+	// sql is the database behind kine, migrated to this binary's schema;
+	// nil on etcd.
+	sql *sql.DB
 }
 
 // Open starts the datastore and returns once it answers requests.
@@ -87,6 +94,14 @@ func Open(ctx context.Context, cfg Config) (*Datastore, error) {
 		if err := pingPostgres(ctx, cfg.Endpoint); err != nil {
 			return nil, err
 		}
+		// kine creates its database, table and indexes with statements that
+		// fail when two servers run them at the same moment on an empty
+		// PostgreSQL; one server at a time does it.
+		unlock, err := lockPostgresSetup(ctx, cfg.Endpoint)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
 	}
 
 	poll := cfg.PollInterval
@@ -95,7 +110,11 @@ func Open(ctx context.Context, cfg Config) (*Datastore, error) {
 	}
 	kctx, cancel := context.WithCancel(context.Background())
 	ds.cancel = cancel
-	socket := filepath.Join(cfg.DataDir, "kine.sock")
+	socketDir := cfg.DataDir
+	if cfg.SocketDir != "" {
+		socketDir = cfg.SocketDir
+	}
+	socket := filepath.Join(socketDir, "kine.sock")
 	kc := kineConfig(kineEndpoint, "unix://"+socket, poll)
 	kc.GRPCServer = grpcServer(WriteConcurrency(kind))
 	etcd, err := endpoint.Listen(kctx, kc)
@@ -105,6 +124,17 @@ func Open(ctx context.Context, cfg Config) (*Datastore, error) {
 	}
 	ds.endpoints = etcd.Endpoints
 	if err := ds.waitReady(ctx); err != nil {
+		ds.Close()
+		return nil, err
+	}
+	// kine has created the database and its own table; ours come next.
+	db, _, err := OpenSQL(cfg.DataDir, cfg.Endpoint)
+	if err != nil {
+		ds.Close()
+		return nil, err
+	}
+	ds.sql = db
+	if _, err := Migrate(ctx, db, kind); err != nil {
 		ds.Close()
 		return nil, err
 	}
@@ -176,9 +206,16 @@ func (d *Datastore) Backend() string { return d.backend }
 // Close stops kine. Call it only after the apiserver has stopped: it still
 // holds connections until then.
 func (d *Datastore) Close() error {
+	if d.sql != nil {
+		_ = d.sql.Close()
+	}
 	d.cancel()
 	return nil
 }
+
+// SQL is the SQL database behind kine, at this binary's schema version,
+// for the tables muster keeps beside kine's (migrations/); nil on etcd.
+func (d *Datastore) SQL() *sql.DB { return d.sql }
 
 func backendOf(endpoint string) (string, error) {
 	if endpoint == "" {
@@ -234,6 +271,29 @@ func pingPostgres(ctx context.Context, dsn string) error {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// lockPostgresSetup holds an advisory lock, per database, while a server
+// sets up kine's schema and applies migrations. It lives in the maintenance
+// database because the target database may not exist yet; advisory locks
+// are per database, so the key names the target.
+func lockPostgresSetup(ctx context.Context, dsn string) (func(), error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("--datastore-endpoint is not a valid PostgreSQL DSN: %s", redact(err.Error(), dsn))
+	}
+	target := cfg.Database
+	probe := cfg.Copy()
+	probe.Database = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, probe)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to PostgreSQL to set up the datastore: %s", redact(err.Error(), dsn))
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtext('muster-setup:' || $1))`, target); err != nil {
+		conn.Close(ctx)
+		return nil, fmt.Errorf("taking the datastore setup lock: %s", redact(err.Error(), dsn))
+	}
+	return func() { conn.Close(context.Background()) }, nil
 }
 
 // userinfoPassword matches the password of a URL that url.Parse may refuse.

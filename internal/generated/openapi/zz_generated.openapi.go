@@ -2870,6 +2870,20 @@ func schema_pkg_apis_muster_v1alpha1_Transition(ref common.ReferenceCallback) co
 							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
 						},
 					},
+					"seq": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Seq numbers the object's transitions from 1 over its whole life, so that a record keeps its identity after older ones are dropped from this bounded list; the full transition history (muster-server history) is keyed by the object's uid and Seq.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"by": {
+						SchemaProps: spec.SchemaProps{
+							Description: "By is who caused the transition: the user or agent whose request made it, \"system:apiserver\" for the server's own controllers, or \"muster-server\" for an object the server created in that state.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"from", "to", "event", "time"},
 			},

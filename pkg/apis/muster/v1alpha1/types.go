@@ -20,6 +20,17 @@ type Transition struct {
 	Reason string `json:"reason,omitempty"`
 	// Time is when the server accepted the transition.
 	Time metav1.Time `json:"time"`
+	// Seq numbers the object's transitions from 1 over its whole life, so
+	// that a record keeps its identity after older ones are dropped from
+	// this bounded list; the full transition history (muster-server
+	// history) is keyed by the object's uid and Seq.
+	// +optional
+	Seq int64 `json:"seq,omitempty"`
+	// By is who caused the transition: the user or agent whose request
+	// made it, "system:apiserver" for the server's own controllers, or
+	// "muster-server" for an object the server created in that state.
+	// +optional
+	By string `json:"by,omitempty"`
 }
 
 // MaxTransitions bounds status.transitions: the oldest records are dropped first.

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/muster-io/muster/internal/server"
+	"github.com/muster-io/muster/internal/snapshot"
+)
+
+func lockDataDir(dir string) (io.Closer, error) { return server.LockDataDir(dir) }
+
+// datastoreSource is the datastore a command reads or writes: SQLite in
+// --data-dir, or the endpoint in --datastore-endpoint-file or
+// $MUSTER_DATASTORE_ENDPOINT (never on the command line: it holds a password).
+func datastoreEndpoint(file string) (string, error) {
+	return secretSource{flag: "datastore-endpoint", fileFlag: "datastore-endpoint-file", env: "MUSTER_DATASTORE_ENDPOINT", file: file}.resolve()
+}
+
+func newDatastoreCommand(cfg *server.Config) *cobra.Command {
+	var endpointFile string
+	cmd := groupCommand("datastore", "Snapshot, restore and migrate the datastore")
+	cmd.PersistentFlags().StringVar(&endpointFile, "datastore-endpoint-file", "", "file holding the datastore endpoint (default $MUSTER_DATASTORE_ENDPOINT; neither: SQLite in --data-dir)")
+
+	snap := &cobra.Command{
+		Use:   "snapshot FILE",
+		Short: "Write every Muster key, at one revision, to FILE (mode 0600); the servers may be running",
+		Args:  oneArg("FILE", "where to write the snapshot"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			endpoint, err := datastoreEndpoint(endpointFile)
+			if err != nil {
+				return err
+			}
+			ds, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, true, lockDataDir)
+			if err != nil {
+				return err
+			}
+			defer ds.Close()
+			res, err := snapshot.Take(cmd.Context(), ds.Client, ds.Backend, args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", args[0], res.Describe("snapshot of"))
+			return nil
+		},
+	}
+	restore := &cobra.Command{
+		Use:   "restore FILE",
+		Short: "Write a snapshot into an empty datastore (SQLite in a new --data-dir, or an empty PostgreSQL database); no server may run on it",
+		Long: `restore writes every key of a snapshot into an empty datastore. Then start
+muster-server on it with the server token of the deployment the snapshot
+came from (--token-file): it opens the sealed CA, and agents keep their
+certificates and do not register again.`,
+		Args: oneArg("FILE", "a file written by muster-server datastore snapshot"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			endpoint, err := datastoreEndpoint(endpointFile)
+			if err != nil {
+				return err
+			}
+			if _, _, err := snapshot.Read(args[0]); err != nil {
+				return err
+			}
+			ds, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, false, lockDataDir)
+			if err != nil {
+				return err
+			}
+			defer ds.Close()
+			res, err := snapshot.Restore(cmd.Context(), ds.Client, args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s into %s\n", res.Describe("restored"), ds.Backend)
+			return nil
+		},
+	}
+	var to, toFile string
+	migrate := &cobra.Command{
+		Use:   "migrate --to-file FILE",
+		Short: "Copy a stopped server's datastore into another, empty one: SQLite to PostgreSQL, or back",
+		Long: `migrate copies every Muster key from the datastore of a stopped server (SQLite
+in --data-dir, or --datastore-endpoint-file) into an empty one: PostgreSQL
+named by --to-file or $MUSTER_DATASTORE_TARGET, or "sqlite" for SQLite in
+--data-dir. Then start the server with the same --data-dir on the new
+datastore; agents keep their certificates and do not register again.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			endpoint, err := datastoreEndpoint(endpointFile)
+			if err != nil {
+				return err
+			}
+			if passwordInURL(to) {
+				return fmt.Errorf("--to holds a password, which every local user could read on this command line: put the endpoint in a file and give --to-file, or set $MUSTER_DATASTORE_TARGET")
+			}
+			target, err := secretSource{flag: "to", fileFlag: "to-file", env: "MUSTER_DATASTORE_TARGET", value: to, file: toFile}.resolve()
+			if err != nil {
+				return err
+			}
+			switch target {
+			case "":
+				return fmt.Errorf("give the target datastore: --to-file FILE (or $MUSTER_DATASTORE_TARGET) holding postgres://..., or --to sqlite for SQLite in --data-dir")
+			case "sqlite":
+				target = ""
+			}
+			if target == endpoint {
+				return fmt.Errorf("the source and the target are the same datastore")
+			}
+			// The source is locked (SQLite) against a server starting
+			// during the copy; the target is opened after it, in this
+			// process, so the data dir's lock is taken once.
+			src, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, false, lockDataDir)
+			if err != nil {
+				return err
+			}
+			defer src.Close()
+			lock := lockDataDir
+			if endpoint == "" {
+				lock = func(string) (io.Closer, error) { return io.NopCloser(nil), nil }
+			}
+			dst, err := snapshot.Open(cmd.Context(), cfg.DataDir, target, false, lock)
+			if err != nil {
+				return err
+			}
+			defer dst.Close()
+			res, err := snapshot.Copy(cmd.Context(), src.Client, dst.Client, src.Backend)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s into %s; start muster-server with the same --data-dir on the new datastore\n", res.Describe("migrated"), dst.Backend)
+			return nil
+		},
+	}
+	migrate.Flags().StringVar(&to, "to", "", `target datastore: "sqlite" (SQLite in --data-dir); for PostgreSQL use --to-file, its DSN holds a password`)
+	migrate.Flags().StringVar(&toFile, "to-file", "", "file holding the target datastore endpoint (postgres://...), default $MUSTER_DATASTORE_TARGET")
+	cmd.AddCommand(snap, restore, migrate)
+	return cmd
+}

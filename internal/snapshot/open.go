@@ -1,0 +1,103 @@
+package snapshot
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/muster-io/muster/internal/store"
+)
+
+// Datastore is a connection a command made to a datastore.
+type Datastore struct {
+	Client  *clientv3.Client
+	Backend string
+	// Online is true when it goes through a running server's kine.
+	Online bool
+	close  []func()
+}
+
+// Close ends the connection and what was started for it.
+func (d *Datastore) Close() {
+	for i := len(d.close) - 1; i >= 0; i-- {
+		d.close[i]()
+	}
+}
+
+// Open reaches the datastore of dataDir/endpoint from a command. With
+// online set, SQLite is read through the running server's kine socket when
+// it answers (a second kine on one SQLite file would contend with the
+// server's writer); otherwise the data dir is locked against a server
+// starting, and kine runs in this process with its socket in a temporary
+// directory. PostgreSQL gets kine in this process either way, as one more
+// HA member would.
+func Open(ctx context.Context, dataDir, endpoint string, online bool, lock func(string) (io.Closer, error)) (*Datastore, error) {
+	d := &Datastore{}
+	if endpoint == "" {
+		sock := filepath.Join(dataDir, "kine.sock")
+		if online {
+			if c := dialSocket(ctx, sock); c != nil {
+				d.Client, d.Backend, d.Online = c, "sqlite", true
+				d.close = append(d.close, func() { c.Close() })
+				return d, nil
+			}
+		}
+		l, err := lock(dataDir)
+		if err != nil {
+			return nil, err
+		}
+		d.close = append(d.close, func() { l.Close() })
+	}
+	sockDir, err := os.MkdirTemp("", "muster-datastore-")
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	d.close = append(d.close, func() { os.RemoveAll(sockDir) })
+	ds, err := store.Open(ctx, store.Config{DataDir: dataDir, Endpoint: endpoint, SocketDir: sockDir})
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	d.close = append(d.close, func() { ds.Close() })
+	c, err := ds.Client()
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	d.close = append(d.close, func() { c.Close() })
+	d.Client, d.Backend = c, ds.Backend()
+	return d, nil
+}
+
+// dialSocket returns a client on a running server's kine, nil if none answers.
+func dialSocket(ctx context.Context, sock string) *clientv3.Client {
+	if _, err := os.Stat(sock); err != nil {
+		return nil
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"unix://" + sock}, DialTimeout: 2 * time.Second})
+	if err != nil {
+		return nil
+	}
+	gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := c.Get(gctx, "/registry/health"); err != nil {
+		c.Close()
+		return nil
+	}
+	return c
+}
+
+// Describe is a one-line summary of a result.
+func (r Result) Describe(verb string) string {
+	size := ""
+	if r.Bytes > 0 {
+		size = fmt.Sprintf(", %d bytes", r.Bytes)
+	}
+	return fmt.Sprintf("%s %d keys at revision %d from %s in %s%s", verb, r.Keys, r.Revision, r.Backend, r.Duration.Round(time.Millisecond), size)
+}

@@ -1,0 +1,72 @@
+package snapshot
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/klog/v2"
+)
+
+// filePrefix and fileSuffix name scheduled snapshots; retention touches
+// only files named so.
+const (
+	filePrefix = "muster-"
+	fileSuffix = ".snapshot"
+)
+
+// Schedule takes a snapshot into dir every interval and keeps the newest
+// keep of them, like k3s's etcd snapshots. It returns when ctx ends.
+func Schedule(ctx context.Context, c *clientv3.Client, backend, dir string, every time.Duration, keep int) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		klog.ErrorS(err, "Scheduled snapshots are off: cannot create their directory", "dir", dir)
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			file := filepath.Join(dir, filePrefix+now.UTC().Format("20060102T150405.000Z")+fileSuffix)
+			res, err := Take(ctx, c, backend, file)
+			if err != nil {
+				if ctx.Err() == nil {
+					klog.ErrorS(err, "Scheduled snapshot failed", "file", file)
+				}
+				continue
+			}
+			klog.InfoS("Scheduled snapshot taken", "file", file, "keys", res.Keys, "revision", res.Revision, "bytes", res.Bytes, "took", res.Duration)
+			if err := Prune(dir, keep); err != nil {
+				klog.ErrorS(err, "Pruning scheduled snapshots", "dir", dir)
+			}
+		}
+	}
+}
+
+// Prune removes all but the newest keep scheduled snapshots in dir.
+func Prune(dir string, keep int) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, e := range entries {
+		if n := e.Name(); strings.HasPrefix(n, filePrefix) && strings.HasSuffix(n, fileSuffix) && e.Type().IsRegular() {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names) // the time in the name sorts as text
+	for len(names) > keep && keep > 0 {
+		if err := os.Remove(filepath.Join(dir, names[0])); err != nil {
+			return err
+		}
+		names = names[1:]
+	}
+	return nil
+}
