@@ -3,8 +3,8 @@
 // infrastructure can implement as an executable, and the built-in drivers.
 //
 // An executable driver is muster-driver-NAME in the server's drivers dir,
-// called as `muster-driver-NAME create|remove|status` with one JSON request
-// on stdin; it prints one JSON response on stdout and exits 0, or exits
+// called as `muster-driver-NAME schema|create|remove|status` with one JSON
+// request on stdin (`{}` for schema); it prints one JSON response on stdout and exits 0, or exits
 // non-zero with its reason on stderr. Every call has a timeout.
 package driver
 
@@ -57,6 +57,9 @@ type Status struct {
 
 // Driver makes and removes hosts.
 type Driver interface {
+	// Schema is the config the driver accepts; pools are checked against
+	// it at admission.
+	Schema(ctx context.Context) (Schema, error)
 	// Create makes the host of req.Name, or returns the existing one's state.
 	Create(ctx context.Context, req CreateRequest) (State, error)
 	// Remove tears the host down; removing a host that does not exist succeeds.

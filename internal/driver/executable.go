@@ -62,6 +62,17 @@ func (e executable) call(ctx context.Context, verb string, req, resp any) error 
 	return nil
 }
 
+func (e executable) Schema(ctx context.Context) (Schema, error) {
+	var s Schema
+	if err := e.call(ctx, "schema", struct{}{}, &s); err != nil {
+		return Schema{}, err
+	}
+	if err := s.Valid(); err != nil {
+		return Schema{}, fmt.Errorf("%s schema: %w", filepath.Base(e.path), err)
+	}
+	return s, nil
+}
+
 func (e executable) Create(ctx context.Context, req CreateRequest) (State, error) {
 	var s State
 	return s, e.call(ctx, "create", req, &s)

@@ -34,6 +34,11 @@ func (p Process) machineDir(name string) (string, error) {
 	return filepath.Join(p.Dir, name), nil
 }
 
+// Schema: the process driver takes no config.
+func (Process) Schema(context.Context) (Schema, error) {
+	return Schema{Description: "each machine is a muster-agent process on the server's own host, with its own data dir", Fields: []Field{}}, nil
+}
+
 // Create starts the agent of req.Name, unless it already runs.
 func (p Process) Create(_ context.Context, req CreateRequest) (State, error) {
 	dir, err := p.machineDir(req.Name)

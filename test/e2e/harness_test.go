@@ -320,6 +320,20 @@ func runAgentBinaryEnv(t testing.TB, env []string, args ...string) *agentProc {
 		t.Fatalf("starting muster-agent: %v", err)
 	}
 	go func() { _ = a.cmd.Wait(); close(a.exited) }()
-	t.Cleanup(a.kill)
+	t.Cleanup(func() {
+		a.kill()
+		if t.Failed() {
+			t.Logf("muster-agent %v, the end of its output:\n%s", args, lastLines(a.log.String(), 40))
+		}
+	})
 	return a
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

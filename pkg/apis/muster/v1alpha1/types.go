@@ -471,6 +471,9 @@ type MachineStatus struct {
 	//
 	// Failed: the plan failed maxFailures times in a row; the PlanFailed
 	// condition says how (any phase before Draining -> Failed, plan-failed).
+	// Or its driver could not create the host after its retries; reason
+	// DriverCreateFailed and the message say why (Pending or Provisioning ->
+	// Failed, provision-failed).
 	//
 	// Draining: the Machine was deleted (any phase -> Draining, drain).
 	//
