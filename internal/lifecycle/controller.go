@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -456,6 +457,11 @@ func (c *Controller) finalize(ctx context.Context, m *api.Machine) error {
 		// evict here.
 		return step("drained", "Drained")
 	case api.MachinePhaseDeleting:
+		if slices.Contains(m.Finalizers, api.MachineHostFinalizer) {
+			// Its driver removes the host first (internal/pool); dropping
+			// that finalizer is an update that brings the Machine back here.
+			return nil
+		}
 		if err := c.client.MusterV1alpha1().MachinePlans().Delete(ctx, m.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}

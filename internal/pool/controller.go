@@ -9,6 +9,10 @@
 // driver's state on the Machine. A Machine left without driver state by a
 // crash is removed (its host too, by name) and made again, so no host leaks
 // and no second Machine appears.
+//
+// Every pool Machine carries the host finalizer: deleting it (a scale-down,
+// a replacement, an operator's kubectl delete, the pool's deletion) holds
+// it in Deleting until the driver has removed its host.
 package pool
 
 import (
@@ -61,6 +65,71 @@ type Controller struct {
 	drivers   *driver.Registry
 	serverURL string
 	kick      chan struct{}
+	// expect is what this controller did that its cache has not shown
+	// yet. Reconciling before the cache catches up would count a Machine
+	// just created as missing and make another.
+	expect expectations
+}
+
+// expectations are the creates and deletes of Machines this controller
+// made, by pool, until its informer shows them (the ReplicaSet
+// controller's idea). Only the Run goroutine touches them.
+type expectations struct {
+	created map[string]map[string]time.Time    // pool -> machine name -> when
+	deleted map[string]map[types.UID]time.Time // pool -> machine uid -> when
+}
+
+// expectationTimeout bounds a wait for the cache: an event lost for good
+// must not stall a pool.
+const expectationTimeout = 30 * time.Second
+
+func (e *expectations) create(pool, name string) {
+	if e.created == nil {
+		e.created = map[string]map[string]time.Time{}
+	}
+	if e.created[pool] == nil {
+		e.created[pool] = map[string]time.Time{}
+	}
+	e.created[pool][name] = time.Now()
+}
+
+func (e *expectations) delete(pool string, uid types.UID) {
+	if e.deleted == nil {
+		e.deleted = map[string]map[types.UID]time.Time{}
+	}
+	if e.deleted[pool] == nil {
+		e.deleted[pool] = map[types.UID]time.Time{}
+	}
+	e.deleted[pool][uid] = time.Now()
+}
+
+// pending drops what ms (the cache's view of pool) now shows, and reports
+// whether anything is still to show.
+func (e *expectations) pending(pool string, ms []*api.Machine) bool {
+	listed := map[string]bool{}
+	live := map[types.UID]bool{}
+	for _, m := range ms {
+		listed[m.Name] = true
+		if m.DeletionTimestamp == nil {
+			live[m.UID] = true
+		}
+	}
+	waiting := false
+	for name, at := range e.created[pool] {
+		if listed[name] || time.Since(at) > expectationTimeout {
+			delete(e.created[pool], name)
+			continue
+		}
+		waiting = true
+	}
+	for uid, at := range e.deleted[pool] {
+		if !live[uid] || time.Since(at) > expectationTimeout {
+			delete(e.deleted[pool], uid)
+			continue
+		}
+		waiting = true
+	}
+	return waiting
 }
 
 // NewController registers its informers with factory.
@@ -98,6 +167,7 @@ func (c *Controller) Run(ctx context.Context) {
 				}
 			}
 		}
+		c.releaseOrphans(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -124,6 +194,9 @@ func (c *Controller) reconcile(ctx context.Context, p *api.MachinePool) error {
 	if p.DeletionTimestamp != nil {
 		return c.teardown(ctx, p, ms)
 	}
+	if c.expect.pending(p.Name, ms) {
+		return nil // the informer's event pokes us again
+	}
 	if !slices.Contains(p.Finalizers, Finalizer) {
 		patch := fmt.Sprintf(`{"metadata":{"finalizers":%s}}`, mustJSON(append(p.Finalizers, Finalizer)))
 		if _, err := c.client.MusterV1alpha1().MachinePools().Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
@@ -138,10 +211,15 @@ func (c *Controller) reconcile(ctx context.Context, p *api.MachinePool) error {
 	for _, m := range ms {
 		switch {
 		case m.DeletionTimestamp != nil:
+			// A host that will not go is reported on its Machine; it does
+			// not hold up the rest of the pool.
+			if err := c.releaseHost(ctx, d, m); err != nil {
+				klog.ErrorS(err, "Removing a pool machine's host", "pool", p.Name)
+			}
 			continue
 		case m.Annotations[api.DriverStateAnnotation] == "" && time.Since(m.CreationTimestamp.Time) > 30*time.Second:
 			// A crash between creating the Machine and recording its host.
-			if err := c.remove(ctx, d, p, m); err != nil {
+			if err := c.remove(ctx, p, m); err != nil {
 				return err
 			}
 			continue
@@ -167,7 +245,7 @@ func (c *Controller) reconcile(ctx context.Context, p *api.MachinePool) error {
 		}
 		for _, m := range bad {
 			klog.InfoS("Replacing an unhealthy pool machine", "pool", p.Name, "machine", m.Name, "phase", m.Status.Phase)
-			if err := c.remove(ctx, d, p, m); err != nil {
+			if err := c.remove(ctx, p, m); err != nil {
 				return err
 			}
 		}
@@ -195,7 +273,7 @@ func (c *Controller) reconcile(ctx context.Context, p *api.MachinePool) error {
 		}
 		if excess := len(live) - replicas; excess > 0 {
 			for _, m := range victims(live, excess, p.Spec.DeletePolicy) {
-				if err := c.remove(ctx, d, p, m); err != nil {
+				if err := c.remove(ctx, p, m); err != nil {
 					return err
 				}
 			}
@@ -226,7 +304,7 @@ func (c *Controller) reconcile(ctx context.Context, p *api.MachinePool) error {
 		if isRunning && running-1 < replicas-maxUnavailable {
 			break // wait for a new machine to be Running
 		}
-		if err := c.remove(ctx, d, p, m); err != nil {
+		if err := c.remove(ctx, p, m); err != nil {
 			return err
 		}
 		total--
@@ -280,16 +358,28 @@ func victims(ms []*api.Machine, n int, policy string) []*api.Machine {
 		if policy == "Random" {
 			return false
 		}
-		ti, tj := sorted[i].CreationTimestamp, sorted[j].CreationTimestamp
-		if !ti.Equal(&tj) {
+		ti, tj := createdAt(sorted[i]), createdAt(sorted[j])
+		if !ti.Equal(tj) {
 			if policy == "Oldest" {
-				return ti.Before(&tj)
+				return ti.Before(tj)
 			}
-			return tj.Before(&ti)
+			return tj.Before(ti)
 		}
 		return sorted[i].Name > sorted[j].Name
 	})
 	return sorted[:n]
+}
+
+// createdAtAnnotation records when the controller made a Machine to the
+// nanosecond: creationTimestamp has whole seconds, and a pool makes many
+// machines in one, which the delete policy must still tell apart.
+const createdAtAnnotation = "muster.io/pool-created-at"
+
+func createdAt(m *api.Machine) time.Time {
+	if t, err := time.Parse(time.RFC3339Nano, m.Annotations[createdAtAnnotation]); err == nil {
+		return t
+	}
+	return m.CreationTimestamp.Time
 }
 
 func (c *Controller) create(ctx context.Context, d driver.Driver, p *api.MachinePool, rev string) error {
@@ -305,13 +395,19 @@ func (c *Controller) create(ctx context.Context, d driver.Driver, p *api.Machine
 		lbls[k] = v
 	}
 	lbls[api.PoolLabel], lbls[api.PoolRevisionLabel] = p.Name, rev
+	config, err := json.Marshal(p.Spec.Template.DriverConfig)
+	if err != nil {
+		return err
+	}
 	m := &api.Machine{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls, Finalizers: []string{api.MachineHostFinalizer},
+			Annotations: map[string]string{api.DriverConfigAnnotation: string(config), createdAtAnnotation: time.Now().UTC().Format(time.RFC3339Nano)}},
 		Spec:       api.MachineSpec{Cluster: p.Spec.Cluster, Driver: p.Spec.Template.Driver, JoinToken: tok.ID},
 	}
 	if _, err := c.client.MusterV1alpha1().Machines().Create(ctx, m, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating machine %s: %w", name, err)
 	}
+	c.expect.create(p.Name, name)
 	req := driver.CreateRequest{Name: name, Config: p.Spec.Template.DriverConfig, Bootstrap: driver.Bootstrap{
 		ServerURL: c.serverURL, Token: tok.String(),
 		Script: fmt.Sprintf("curl -sfL %s/install.sh | MUSTER_TOKEN=%s sh -s - agent --server %s --node-name %s", c.serverURL, tok.String(), c.serverURL, name),
@@ -373,26 +469,57 @@ func (c *Controller) failCreate(ctx context.Context, d driver.Driver, p *api.Mac
 	return fmt.Errorf("machine %s failed after %d attempts: %w", name, createAttempts, cause)
 }
 
-// remove tears down a machine's host, then deletes the Machine (its
-// NodePassword and plan go with it): a host is never left without the
-// Machine that names it.
-func (c *Controller) remove(ctx context.Context, d driver.Driver, p *api.MachinePool, m *api.Machine) error {
-	state, _ := driver.DecodeState(m.Annotations[api.DriverStateAnnotation])
-	if err := d.Remove(ctx, driver.HostRequest{Name: m.Name, Config: p.Spec.Template.DriverConfig, State: state}); err != nil {
-		return fmt.Errorf("driver %s could not remove machine %s (it is retried; the Machine stays until it succeeds): %w", p.Spec.Template.Driver, m.Name, err)
-	}
+// remove deletes a machine; its host goes in releaseHost once the
+// lifecycle has drained it, before the Machine itself goes.
+func (c *Controller) remove(ctx context.Context, p *api.MachinePool, m *api.Machine) error {
 	err := c.client.MusterV1alpha1().Machines().Delete(ctx, m.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &m.UID}})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting machine %s: %w", m.Name, err)
 	}
+	if err == nil {
+		c.expect.delete(p.Name, m.UID)
+	}
 	if m.Spec.JoinToken != "" {
 		_ = c.client.MusterV1alpha1().ClusterRegistrationTokens().Delete(ctx, m.Spec.JoinToken, metav1.DeleteOptions{})
 	}
-	klog.InfoS("Removed a pool machine", "pool", p.Name, "machine", m.Name)
+	klog.InfoS("Removing a pool machine", "pool", p.Name, "machine", m.Name)
 	return nil
 }
 
-// teardown removes every machine of a deleted pool, then lets the pool go.
+// releaseHost has the driver remove a deleted Machine's host once the
+// lifecycle holds it in Deleting, then drops the host finalizer so the
+// lifecycle can finish. A driver that fails leaves the Machine in Deleting
+// with its reason, and is tried again.
+func (c *Controller) releaseHost(ctx context.Context, d driver.Driver, m *api.Machine) error {
+	if m.Status.Phase != api.MachinePhaseDeleting || !slices.Contains(m.Finalizers, api.MachineHostFinalizer) {
+		return nil
+	}
+	state, _ := driver.DecodeState(m.Annotations[api.DriverStateAnnotation])
+	var config map[string]string
+	_ = json.Unmarshal([]byte(m.Annotations[api.DriverConfigAnnotation]), &config)
+	if err := d.Remove(ctx, driver.HostRequest{Name: m.Name, Config: config, State: state}); err != nil {
+		msg := fmt.Sprintf("driver %s could not remove the host (retried until it can; the Machine stays until then): %v", m.Spec.Driver, err)
+		if len(msg) > 2048 {
+			msg = strings.ToValidUTF8(msg[:2048], "")
+		}
+		if m.Status.Reason != "DriverRemoveFailed" || m.Status.Message != msg {
+			next := m.DeepCopy()
+			next.Status.Reason, next.Status.Message = "DriverRemoveFailed", msg
+			_, _ = c.client.MusterV1alpha1().Machines().UpdateStatus(ctx, next, metav1.UpdateOptions{})
+		}
+		return fmt.Errorf("machine %s: %s", m.Name, msg)
+	}
+	rest := slices.DeleteFunc(slices.Clone(m.Finalizers), func(f string) bool { return f == api.MachineHostFinalizer })
+	patch := fmt.Sprintf(`{"metadata":{"finalizers":%s,"resourceVersion":%q}}`, mustJSON(rest), m.ResourceVersion)
+	if _, err := c.client.MusterV1alpha1().Machines().Patch(ctx, m.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("releasing machine %s after its host was removed: %w", m.Name, err)
+	}
+	klog.InfoS("Removed a pool machine's host", "machine", m.Name, "driver", m.Spec.Driver)
+	return nil
+}
+
+// teardown deletes every machine of a deleted pool, and lets the pool go
+// once they and their hosts are gone.
 func (c *Controller) teardown(ctx context.Context, p *api.MachinePool, ms []*api.Machine) error {
 	if !slices.Contains(p.Finalizers, Finalizer) {
 		return nil
@@ -402,9 +529,17 @@ func (c *Controller) teardown(ctx context.Context, p *api.MachinePool, ms []*api
 		return err
 	}
 	for _, m := range ms {
-		if err := c.remove(ctx, d, p, m); err != nil {
+		if m.DeletionTimestamp == nil {
+			err = c.remove(ctx, p, m)
+		} else {
+			err = c.releaseHost(ctx, d, m)
+		}
+		if err != nil {
 			return err
 		}
+	}
+	if len(ms) > 0 {
+		return nil // their deletions poke us again
 	}
 	rest := slices.DeleteFunc(slices.Clone(p.Finalizers), func(f string) bool { return f == Finalizer })
 	patch := fmt.Sprintf(`{"metadata":{"finalizers":%s,"resourceVersion":%q}}`, mustJSON(rest), p.ResourceVersion)
@@ -413,6 +548,30 @@ func (c *Controller) teardown(ctx context.Context, p *api.MachinePool, ms []*api
 		return nil
 	}
 	return err
+}
+
+// releaseOrphans removes the hosts of deleted pool Machines whose pool is
+// gone (its finalizer removed by hand): nothing else would.
+func (c *Controller) releaseOrphans(ctx context.Context) {
+	ms, err := c.machines.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, m := range ms {
+		if m.DeletionTimestamp == nil || m.Labels[api.PoolLabel] == "" || !slices.Contains(m.Finalizers, api.MachineHostFinalizer) {
+			continue
+		}
+		if _, err := c.pools.Get(m.Labels[api.PoolLabel]); !apierrors.IsNotFound(err) {
+			continue
+		}
+		d, err := c.drivers.Lookup(m.Spec.Driver)
+		if err == nil {
+			err = c.releaseHost(ctx, d, m.DeepCopy())
+		}
+		if err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "Removing the host of a machine whose pool is gone", "machine", m.Name)
+		}
+	}
 }
 
 func (c *Controller) updateStatus(ctx context.Context, name, rev, message string) error {
@@ -439,8 +598,11 @@ func (c *Controller) updateStatus(ctx context.Context, name, rev, message string
 		if m.Status.Phase == api.MachinePhaseRunning {
 			st.ReadyReplicas++
 		}
+		if m.Labels[api.PoolRevisionLabel] == rev {
+			st.UpdatedReplicas++
+		}
 	}
-	if st.Replicas == p.Status.Replicas && st.ReadyReplicas == p.Status.ReadyReplicas && st.Revision == p.Status.Revision &&
+	if st.Replicas == p.Status.Replicas && st.ReadyReplicas == p.Status.ReadyReplicas && st.UpdatedReplicas == p.Status.UpdatedReplicas && st.Revision == p.Status.Revision &&
 		st.Message == p.Status.Message && st.ObservedGeneration == p.Status.ObservedGeneration {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
@@ -16,19 +17,29 @@ func TestVictims(t *testing.T) {
 	m := func(name string, phase api.MachinePhase, created int) *api.Machine {
 		return &api.Machine{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: at(created)}, Status: api.MachineStatus{Phase: phase}}
 	}
+	// Made in the same second, apart by milliseconds.
+	ms := func(name string, millis int) *api.Machine {
+		x := m(name, "Running", 1)
+		x.Annotations = map[string]string{createdAtAnnotation: at(1).Add(time.Duration(millis) * time.Millisecond).Format(time.RFC3339Nano)}
+		return x
+	}
 	cases := []struct {
-		name string
-		ms   []*api.Machine
-		n    int
-		want []string
+		name   string
+		ms     []*api.Machine
+		n      int
+		policy string
+		want   []string
 	}{
-		{"newest Running first", []*api.Machine{m("a", "Running", 1), m("b", "Running", 3), m("c", "Running", 2)}, 1, []string{"b"}},
-		{"not Running before Running", []*api.Machine{m("a", "Running", 1), m("b", "Running", 3), m("c", "Unavailable", 0)}, 2, []string{"c", "b"}},
-		{"ties by name", []*api.Machine{m("a", "Failed", 1), m("b", "Failed", 1)}, 1, []string{"b"}},
+		{"newest Running first", []*api.Machine{m("a", "Running", 1), m("b", "Running", 3), m("c", "Running", 2)}, 1, "", []string{"b"}},
+		{"oldest first with Oldest", []*api.Machine{m("a", "Running", 1), m("b", "Running", 3), m("c", "Running", 2)}, 2, "Oldest", []string{"a", "c"}},
+		{"not Running before Running", []*api.Machine{m("a", "Running", 1), m("b", "Running", 3), m("c", "Unavailable", 0)}, 2, "", []string{"c", "b"}},
+		{"ties by name", []*api.Machine{m("a", "Failed", 1), m("b", "Failed", 1)}, 1, "", []string{"b"}},
+		{"within one second, Newest", []*api.Machine{ms("z", 100), ms("a", 900), ms("m", 500)}, 2, "Newest", []string{"a", "m"}},
+		{"within one second, Oldest", []*api.Machine{ms("z", 100), ms("a", 900), ms("m", 500)}, 2, "Oldest", []string{"z", "m"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := victims(tc.ms, tc.n, "")
+			got := victims(tc.ms, tc.n, tc.policy)
 			var names []string
 			for _, v := range got {
 				names = append(names, v.Name)
@@ -54,5 +65,60 @@ func TestRevisionFollowsTemplate(t *testing.T) {
 	b.Labels["role"] = "edge"
 	if Revision(a) == Revision(b) {
 		t.Fatal("a changed template keeps its revision")
+	}
+}
+
+func TestExpectations(t *testing.T) {
+	machine := func(name string, uid types.UID, deleting bool) *api.Machine {
+		m := &api.Machine{ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid}}
+		if deleting {
+			now := metav1.Now()
+			m.DeletionTimestamp = &now
+		}
+		return m
+	}
+	tests := []struct {
+		name    string
+		created []string
+		deleted []types.UID
+		listed  []*api.Machine
+		want    bool
+	}{
+		{"nothing expected", nil, nil, nil, false},
+		{"a create the cache has not shown", []string{"p-a"}, nil, nil, true},
+		{"a create the cache shows", []string{"p-a"}, nil, []*api.Machine{machine("p-a", "1", false)}, false},
+		{"a delete the cache still shows live", nil, []types.UID{"1"}, []*api.Machine{machine("p-a", "1", false)}, true},
+		{"a delete the cache shows deleting", nil, []types.UID{"1"}, []*api.Machine{machine("p-a", "1", true)}, false},
+		{"a delete the cache shows gone", nil, []types.UID{"1"}, nil, false},
+		{"a machine recreated under the name of a deleted one", nil, []types.UID{"1"}, []*api.Machine{machine("p-a", "2", false)}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var e expectations
+			for _, n := range tt.created {
+				e.create("p", n)
+			}
+			for _, u := range tt.deleted {
+				e.delete("p", u)
+			}
+			if got := e.pending("p", tt.listed); got != tt.want {
+				t.Errorf("pending = %v, want %v", got, tt.want)
+			}
+			if got := e.pending("other", nil); got {
+				t.Errorf("another pool waits on this pool's expectations")
+			}
+			// Once shown, an expectation is dropped for good.
+			if !tt.want && e.pending("p", nil) && len(tt.created) > 0 {
+				t.Errorf("a satisfied create is still expected")
+			}
+		})
+	}
+
+	// An event lost for good stalls a pool for expectationTimeout at most.
+	var e expectations
+	e.create("p", "p-lost")
+	e.created["p"]["p-lost"] = time.Now().Add(-expectationTimeout - time.Second)
+	if e.pending("p", nil) {
+		t.Errorf("an expectation past its timeout still holds the pool")
 	}
 }

@@ -89,10 +89,11 @@ var MachinePool = Kind[*api.MachinePool]{
 		{Name: "Desired", Type: "integer", Description: "Machines the pool keeps (spec.replicas)."},
 		{Name: "Current", Type: "integer", Description: "Machines the pool has."},
 		{Name: "Ready", Type: "integer", Description: "Machines that are Running."},
+		{Name: "Up-to-date", Type: "integer", Description: "Machines made from the current template."},
 		{Name: "Driver", Type: "string", Description: "Driver that creates the hosts."},
 		{Name: "Revision", Type: "string", Description: "Hash of the current template."},
 	},
 	Cells: func(p *api.MachinePool) []interface{} {
-		return []interface{}{p.Spec.Cluster, p.Spec.Replicas, p.Status.Replicas, p.Status.ReadyReplicas, p.Spec.Template.Driver, p.Status.Revision}
+		return []interface{}{p.Spec.Cluster, p.Spec.Replicas, p.Status.Replicas, p.Status.ReadyReplicas, p.Status.UpdatedReplicas, p.Spec.Template.Driver, p.Status.Revision}
 	},
 }

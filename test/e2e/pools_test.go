@@ -52,87 +52,231 @@ func agentPID(s *server, m string) int {
 	return pid
 }
 
-// TestMachinePoolProcessDriver: a pool of real agent processes made by the
-// server itself scales up and down, removes the right machines with their
-// processes and data dirs, and leaves nothing behind when deleted.
+// poolAgents are the process-driver agents of s running on this host, by
+// machine: read from /proc, not from the server's pid files, so a process
+// the server lost track of counts too.
+func poolAgents(s *server) map[string]int {
+	dir := filepath.Join(s.dataDir, "pools") + "/"
+	got := map[string]int{}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		if stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); strings.Contains(string(stat), ") Z ") {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		for i, a := range args {
+			if a == "--data-dir" && i+1 < len(args) && strings.HasPrefix(args[i+1], dir) {
+				got[strings.SplitN(strings.TrimPrefix(args[i+1], dir), "/", 2)[0]] = pid
+			}
+		}
+	}
+	return got
+}
+
+// killPoolAgentsAtEnd kills what s's process driver started when the test
+// ends: its agents outlive the server by design, as hosts would.
+func killPoolAgentsAtEnd(t *testing.T, s *server) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := s.kubectl("get", "machines", "-o", "wide")
+			t.Logf("at the failure: machines\n%s\nagent processes %v\nthe end of the server's log:\n%s", out, poolAgents(s), lastLines(s.log.String(), 60))
+		}
+		for _, pid := range poolAgents(s) {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	})
+}
+
+func applyPool(t *testing.T, s *server, manifest string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "pool.yaml")
+	if err := os.WriteFile(path, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.mustKubectl("apply", "-f", path)
+}
+
+// samePoolHosts checks that the pool's Machines, the agent processes and
+// the driver's directories are the same set: no duplicate, no leak.
+func samePoolHosts(t *testing.T, s *server, pool string) {
+	t.Helper()
+	ms := poolMachines(s, pool)
+	procs := poolAgents(s)
+	entries, _ := os.ReadDir(filepath.Join(s.dataDir, "pools"))
+	var dirs []string
+	for _, e := range entries {
+		dirs = append(dirs, e.Name())
+	}
+	if len(procs) != len(ms) || len(dirs) != len(ms) {
+		t.Errorf("pool %s: %d Machines %v, %d agent processes %v, %d directories %v", pool, len(ms), ms, len(procs), procs, len(dirs), dirs)
+	}
+	for m := range ms {
+		if _, ok := procs[m]; !ok {
+			t.Errorf("machine %s has no agent process", m)
+		}
+	}
+}
+
+// TestMachinePoolProcessDriver (issue 15): a pool of 5 real agent
+// processes made by the server itself scales to 8, then to 3 — the delete
+// policy's machines go, with their processes and data dirs — and leaves
+// nothing behind when deleted. On SQLite and on PostgreSQL.
 func TestMachinePoolProcessDriver(t *testing.T) {
-	s := startServer(t, "")
-	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
-	pool := `apiVersion: muster.io/v1alpha1
+	forEachBackend(t, func(t *testing.T, endpoint string) {
+		s := startServer(t, endpoint)
+		killPoolAgentsAtEnd(t, s)
+		s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
+		pool := func(replicas int) string {
+			return fmt.Sprintf(`apiVersion: muster.io/v1alpha1
 kind: MachinePool
 metadata:
   name: edge
 spec:
   cluster: edge-east
-  replicas: 3
+  replicas: %d
+  deletePolicy: Oldest
   template:
     driver: process
     labels:
       role: worker
-`
-	path := filepath.Join(t.TempDir(), "pool.yaml")
-	if err := os.WriteFile(path, []byte(pool), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	s.mustKubectl("apply", "-f", path)
-	waitFor(t, 120*time.Second, "3 pool machines Running", func() bool {
-		ms := poolMachines(s, "edge")
-		return len(ms) == 3 && countPhase(ms, "Running") == 3
-	})
-	t.Logf("pool of 3 (process driver) created to all Running: %v", time.Since(start).Round(time.Millisecond))
-	if out := s.mustKubectl("get", "machines", "-l", "role=worker", "-o", "name"); strings.Count(out, "machine.muster.io/") != 3 {
-		t.Errorf("the template's labels are not on the pool's machines:\n%s", out)
-	}
-	waitFor(t, 30*time.Second, "the pool's status to count 3 ready", func() bool {
-		out, _ := s.kubectl("get", "machinepool", "edge", "-o", "jsonpath={.status.replicas}/{.status.readyReplicas}")
-		return out == "3/3"
-	})
-
-	// Scale down to 1: two machines go, with their processes and dirs; the
-	// one that stays keeps running.
-	before := poolMachines(s, "edge")
-	s.mustKubectl("patch", "machinepool", "edge", "--type", "merge", "-p", `{"spec":{"replicas":1}}`)
-	waitFor(t, 60*time.Second, "the pool to scale down to 1", func() bool { return len(poolMachines(s, "edge")) == 1 })
-	after := poolMachines(s, "edge")
-	for m := range before {
-		if _, kept := after[m]; kept {
-			if agentPID(s, m) == 0 {
-				t.Errorf("the machine the pool kept (%s) has no running agent", m)
+`, replicas)
+		}
+		running := func(n int) func() bool {
+			return func() bool {
+				ms := poolMachines(s, "edge")
+				return len(ms) == n && countPhase(ms, "Running") == n
 			}
-			continue
 		}
-		waitFor(t, 30*time.Second, "the removed machine's agent to stop and its dir to go", func() bool {
-			_, err := os.Stat(filepath.Join(s.dataDir, "pools", m))
-			return agentPID(s, m) == 0 && os.IsNotExist(err)
+		start := time.Now()
+		applyPool(t, s, pool(5))
+		waitFor(t, 180*time.Second, "5 pool machines Running", running(5))
+		t.Logf("pool of 5 (process driver) created to all Running: %v", time.Since(start).Round(time.Millisecond))
+		if out := s.mustKubectl("get", "machines", "-l", "role=worker", "-o", "name"); strings.Count(out, "machine.muster.io/") != 5 {
+			t.Errorf("the template's labels are not on the pool's machines:\n%s", out)
+		}
+		waitFor(t, 30*time.Second, "the pool's status to count 5 ready and up to date", func() bool {
+			out, _ := s.kubectl("get", "machinepool", "edge", "-o", "jsonpath={.status.replicas}/{.status.readyReplicas}/{.status.updatedReplicas}")
+			return out == "5/5/5"
 		})
-		if out, err := s.kubectl("get", "nodepassword", m); err == nil {
-			t.Errorf("a removed machine's NodePassword is left: %s", out)
+		if table := s.mustKubectl("get", "machinepools"); !strings.Contains(table, "UP-TO-DATE") || !strings.Contains(table, "REVISION") {
+			t.Errorf("kubectl get machinepools lacks the desired/current/ready/up-to-date/revision columns:\n%s", table)
+		}
+		first := poolMachines(s, "edge")
+
+		applyPool(t, s, pool(8))
+		waitFor(t, 180*time.Second, "8 pool machines Running", running(8))
+		samePoolHosts(t, s, "edge")
+		var added []string
+		for m := range poolMachines(s, "edge") {
+			if _, old := first[m]; !old {
+				added = append(added, m)
+			}
+		}
+
+		// Down to 3 with deletePolicy Oldest: the 5 first machines go, the
+		// 3 added last stay, their agents untouched.
+		pids := poolAgents(s)
+		applyPool(t, s, pool(3))
+		waitFor(t, 120*time.Second, "the pool to scale down to 3", func() bool {
+			return len(poolMachines(s, "edge")) == 3 && len(poolAgents(s)) == 3
+		})
+		kept := poolMachines(s, "edge")
+		for _, m := range added {
+			if _, ok := kept[m]; !ok {
+				t.Errorf("scale-down with deletePolicy Oldest removed %s, one of the 3 newest; kept %v", m, kept)
+			} else if now := poolAgents(s)[m]; now != pids[m] {
+				t.Errorf("the agent of kept machine %s changed (pid %d -> %d)", m, pids[m], now)
+			}
+		}
+		waitFor(t, 30*time.Second, "the removed machines' directories to go", func() bool {
+			entries, _ := os.ReadDir(filepath.Join(s.dataDir, "pools"))
+			return len(entries) == 3
+		})
+		samePoolHosts(t, s, "edge")
+		for m := range first {
+			if out, err := s.kubectl("get", "nodepassword", m); err == nil {
+				t.Errorf("a removed machine's NodePassword is left: %s", out)
+			}
+		}
+
+		// Delete the pool: every machine, process and directory goes, and
+		// no join token of the pool's is left.
+		s.mustKubectl("delete", "machinepool", "edge", "--wait=true", "--timeout=90s")
+		if ms := poolMachines(s, "edge"); len(ms) != 0 {
+			t.Errorf("machines left after deleting the pool: %v", ms)
+		}
+		waitFor(t, 30*time.Second, "every pool agent to exit", func() bool { return len(poolAgents(s)) == 0 })
+		if entries, _ := os.ReadDir(filepath.Join(s.dataDir, "pools")); len(entries) != 0 {
+			t.Errorf("pool directories left: %v", entries)
+		}
+		if out := s.mustKubectl("get", "clusterregistrationtokens", "-o", "jsonpath={.items[*].spec.description}"); strings.Contains(out, "pool edge") {
+			t.Errorf("the pool's join tokens are left: %s", out)
+		}
+		if out := s.mustKubectl("get", "nodepasswords", "-o", "name"); strings.TrimSpace(out) != "" {
+			t.Errorf("NodePasswords left: %s", out)
+		}
+	})
+}
+
+// TestMachinePoolServerKilled (issue 15): kill -9 the server in the middle
+// of a scale-up and again in the middle of a rolling replacement; after each
+// restart the pool converges with no duplicate Machine and no leaked
+// process or directory.
+func TestMachinePoolServerKilled(t *testing.T) {
+	s := startServer(t, "")
+	killPoolAgentsAtEnd(t, s)
+	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
+	pool := func(replicas int, role string) string {
+		return fmt.Sprintf(`apiVersion: muster.io/v1alpha1
+kind: MachinePool
+metadata: {name: crash}
+spec:
+  cluster: edge-east
+  replicas: %d
+  strategy: {maxSurge: 1, maxUnavailable: 0}
+  template:
+    driver: process
+    labels: {role: %s}
+`, replicas, role)
+	}
+	converged := func(n int, role string) func() bool {
+		return func() bool {
+			ms := poolMachines(s, "crash")
+			out, _ := s.kubectl("get", "machines", "-l", "muster.io/pool=crash,role="+role, "-o", "name")
+			return len(ms) == n && countPhase(ms, "Running") == n && strings.Count(out, "machine.muster.io/") == n && len(poolAgents(s)) == n
 		}
 	}
+	applyPool(t, s, pool(1, "blue"))
+	waitFor(t, 90*time.Second, "1 pool machine Running", converged(1, "blue"))
 
-	// Delete the pool: every machine, process and directory goes, and no
-	// join token of the pool's is left.
-	var kept string
-	for m := range after {
-		kept = m
-	}
-	s.mustKubectl("delete", "machinepool", "edge", "--wait=true", "--timeout=60s")
-	if ms := poolMachines(s, "edge"); len(ms) != 0 {
-		t.Errorf("machines left after deleting the pool: %v", ms)
-	}
-	if agentPID(s, kept) != 0 {
-		t.Errorf("the agent of %s still runs after its pool was deleted", kept)
-	}
-	if entries, _ := os.ReadDir(filepath.Join(s.dataDir, "pools")); len(entries) != 0 {
-		t.Errorf("pool directories left: %v", entries)
-	}
-	if out := s.mustKubectl("get", "clusterregistrationtokens", "-o", "jsonpath={.items[*].spec.description}"); strings.Contains(out, "pool edge") {
-		t.Errorf("the pool's join tokens are left: %s", out)
-	}
-	if out := s.mustKubectl("get", "nodepasswords", "-o", "name"); strings.TrimSpace(out) != "" {
-		t.Errorf("NodePasswords left: %s", out)
-	}
+	applyPool(t, s, pool(5, "blue"))
+	waitFor(t, 60*time.Second, "the scale-up to be under way", func() bool { return len(poolMachines(s, "crash")) >= 3 })
+	s.kill9()
+	s.start()
+	start := time.Now()
+	waitFor(t, 180*time.Second, "5 pool machines Running after the restart", converged(5, "blue"))
+	t.Logf("scale-up converged %v after the restart", time.Since(start).Round(time.Millisecond))
+	samePoolHosts(t, s, "crash")
+
+	applyPool(t, s, pool(5, "green"))
+	waitFor(t, 60*time.Second, "the rollout to be under way", func() bool {
+		out, _ := s.kubectl("get", "machines", "-l", "muster.io/pool=crash,role=green", "-o", "name")
+		return strings.Contains(out, "machine.muster.io/")
+	})
+	s.kill9()
+	s.start()
+	start = time.Now()
+	waitFor(t, 300*time.Second, "5 green pool machines Running after the restart", converged(5, "green"))
+	t.Logf("rolling replacement converged %v after the restart", time.Since(start).Round(time.Millisecond))
+	samePoolHosts(t, s, "crash")
 }
 
 // TestMachinePoolRollAndRemediate: a template change rolls with maxSurge 1
@@ -141,6 +285,7 @@ spec:
 // machine down and maxUnhealthy 1, nothing is replaced and the pool says why.
 func TestMachinePoolRollAndRemediate(t *testing.T) {
 	s := startServer(t, "", "--agent-silence-threshold", "6s")
+	killPoolAgentsAtEnd(t, s)
 	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
 	apply := func(role string, maxUnhealthy int) {
 		pool := fmt.Sprintf(`apiVersion: muster.io/v1alpha1

@@ -2012,6 +2012,14 @@ func schema_pkg_apis_muster_v1alpha1_MachinePoolStatus(ref common.ReferenceCallb
 							Format:      "int32",
 						},
 					},
+					"updatedReplicas": {
+						SchemaProps: spec.SchemaProps{
+							Description: "UpdatedReplicas is how many of them were made from the current template (status.revision); during a rolling replacement the rest are the old revision's.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
 					"revision": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Revision is the content hash of the current template; a pool's Machines carry the revision they were made from in the muster.io/pool-revision label.",

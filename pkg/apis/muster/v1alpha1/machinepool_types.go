@@ -17,6 +17,11 @@ const PoolRevisionLabel = "muster.io/pool-revision"
 // secret: drivers are told so, and the server refuses nothing it cannot read.
 const DriverStateAnnotation = "muster.io/driver-state"
 
+// DriverConfigAnnotation holds, on a pool's Machine, the driver config it
+// was made with: its host is removed with that config, not with a later
+// template's, so a template change never points a removal at another host.
+const DriverConfigAnnotation = "muster.io/driver-config"
+
 // +genclient
 // +genclient:nonNamespaced
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -114,6 +119,11 @@ type MachinePoolStatus struct {
 	// ReadyReplicas is how many of them are Running.
 	// +optional
 	ReadyReplicas int32 `json:"readyReplicas"`
+	// UpdatedReplicas is how many of them were made from the current
+	// template (status.revision); during a rolling replacement the rest
+	// are the old revision's.
+	// +optional
+	UpdatedReplicas int32 `json:"updatedReplicas"`
 	// Revision is the content hash of the current template; a pool's
 	// Machines carry the revision they were made from in the
 	// muster.io/pool-revision label.

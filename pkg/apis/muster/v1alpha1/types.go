@@ -376,6 +376,11 @@ const (
 // Deleting and removed its MachinePlan and NodePassword.
 const MachineLifecycleFinalizer = "muster.io/machine-lifecycle"
 
+// MachineHostFinalizer is on every Machine a MachinePool's driver made: it
+// holds a deleted Machine in Deleting until the driver has removed its host,
+// so that a host never outlives the Machine that names it.
+const MachineHostFinalizer = "muster.io/machine-host"
+
 // +genclient
 // +genclient:nonNamespaced
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
