@@ -31,8 +31,8 @@ func newExecutable(dir, name string) (Driver, error) {
 	}
 	path := filepath.Join(dir, "muster-driver-"+name)
 	fi, err := os.Stat(path)
-	if err != nil || fi.Mode()&0o111 == 0 {
-		return nil, fmt.Errorf("%s is missing or not executable", path)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("%s is missing or not an executable file", path)
 	}
 	return executable{path: path}, nil
 }

@@ -100,6 +100,10 @@ func TestRegistrySchema(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "README"), []byte("not a driver"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A directory has the x bits but is no driver.
+	if err := os.Mkdir(filepath.Join(dir, "muster-driver-adir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	r := NewRegistry(dir, map[string]Driver{"process": Process{}})
 	ctx := context.Background()
 
@@ -115,9 +119,10 @@ func TestRegistrySchema(t *testing.T) {
 	}
 
 	for _, tc := range []struct{ name, want string }{
-		{"missing", "missing or not executable"},
-		{"notexec", "missing or not executable"},
+		{"missing", "missing or not an executable file"},
+		{"notexec", "missing or not an executable file"},
 		{"Bad_Name", "not a valid driver name"},
+		{"adir", "missing or not an executable file"},
 	} {
 		_, err := r.Schema(ctx, tc.name)
 		var unknown *UnknownError

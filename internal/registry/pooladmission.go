@@ -42,18 +42,12 @@ type poolREST struct {
 
 // Create implements rest.Creater.
 func (r *poolREST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
-	check := func(ctx context.Context, obj runtime.Object) error {
-		if createValidation != nil {
-			if err := createValidation(ctx, obj); err != nil {
-				return err
-			}
-		}
-		return r.checkDriver(ctx, obj.(*api.MachinePool))
-	}
-	return r.REST.Create(ctx, obj, check, options)
+	return r.REST.Create(ctx, obj, r.onCreate(createValidation), options)
 }
 
-// Update implements rest.Updater; patches and server-side apply reach it too.
+// Update implements rest.Updater; patches and server-side apply reach it
+// too. A server-side apply of a pool that does not exist yet creates it
+// through here, with createValidation, so that is checked as a create.
 func (r *poolREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
 	check := func(ctx context.Context, obj, old runtime.Object) error {
 		if updateValidation != nil {
@@ -67,7 +61,19 @@ func (r *poolREST) Update(ctx context.Context, name string, objInfo rest.Updated
 		}
 		return r.checkDriver(ctx, p)
 	}
-	return r.REST.Update(ctx, name, objInfo, createValidation, check, forceAllowCreate, options)
+	return r.REST.Update(ctx, name, objInfo, r.onCreate(createValidation), check, forceAllowCreate, options)
+}
+
+// onCreate adds the driver check to a create's validation.
+func (r *poolREST) onCreate(createValidation rest.ValidateObjectFunc) rest.ValidateObjectFunc {
+	return func(ctx context.Context, obj runtime.Object) error {
+		if createValidation != nil {
+			if err := createValidation(ctx, obj); err != nil {
+				return err
+			}
+		}
+		return r.checkDriver(ctx, obj.(*api.MachinePool))
+	}
 }
 
 // checkDriver returns 422 for a config the driver refuses or a driver
