@@ -62,6 +62,10 @@ var roleGrants = func() []roleGrant {
 		// status stays the server's and its agent's.
 		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machines", subresource: "", verbs: []string{"update", "patch", "delete"}},
 		roleGrant{groups: []string{caller.MetricsReadersGroup}, path: "/metrics", verbs: []string{"get"}},
+		// The drivers and their schemas (drivers.go): what a pool's
+		// driverConfig may hold, which anyone who reads pools may know.
+		roleGrant{groups: both, path: DriversPath, verbs: []string{"get"}},
+		roleGrant{groups: both, path: DriversPath + "/*", verbs: []string{"get"}},
 	)
 	// Discovery and the OpenAPI documents, which kubectl reads first.
 	for _, p := range []string{"/api", "/api/*", "/apis", "/apis/*", "/openapi/*"} {

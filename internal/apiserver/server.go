@@ -31,6 +31,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	clientrest "k8s.io/client-go/rest"
 
+	"github.com/muster-io/muster/internal/driver"
 	"github.com/muster-io/muster/internal/events"
 	"github.com/muster-io/muster/internal/generated/openapi"
 	"github.com/muster-io/muster/internal/registry"
@@ -94,6 +95,10 @@ type Config struct {
 	// LastHeard, if set, is when a machine's agent was last heard by any
 	// server (in memory); `kubectl get machines` shows it as LAST-SEEN.
 	LastHeard func(machine string) time.Time
+	// Drivers, if set, are the machine-pool drivers: pools are checked
+	// against their driver's schema at admission, and DriversPath
+	// publishes the schemas.
+	Drivers *driver.Registry
 }
 
 // Server is a prepared API server.
@@ -231,7 +236,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("building the API server: %w", err)
 	}
 
-	storages, objects, err := registry.All(Scheme, rc.RESTOptionsGetter, cfg.LastHeard)
+	storages, objects, err := registry.All(Scheme, rc.RESTOptionsGetter, cfg.LastHeard, driverSchemas(cfg.Drivers))
 	if err != nil {
 		return nil, err
 	}
@@ -258,6 +263,11 @@ func New(cfg Config) (*Server, error) {
 		w.Header().Set("Content-Type", "application/x-pem-file")
 		_, _ = w.Write(caBundle)
 	})
+	if cfg.Drivers != nil {
+		h := driversHandler{drivers: cfg.Drivers}
+		generic.Handler.NonGoRestfulMux.Handle(DriversPath, h)
+		generic.Handler.NonGoRestfulMux.HandlePrefix(DriversPath+"/", h)
+	}
 	for path, h := range cfg.PeerHandlers {
 		generic.Handler.NonGoRestfulMux.Handle(path, h)
 	}
@@ -269,6 +279,15 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	return &Server{generic: generic, objects: objects}, nil
+}
+
+// driverSchemas keeps a nil registry a nil interface, so that registry.All
+// installs no driver check rather than one that panics.
+func driverSchemas(r *driver.Registry) registry.DriverSchemas {
+	if r == nil {
+		return nil
+	}
+	return r
 }
 
 // installEvents serves the legacy core group with only core/v1 Events,

@@ -12,6 +12,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
 )
 
 // Bootstrap is what a new host needs to join: the server to reach, and the
@@ -73,6 +78,9 @@ type Registry struct {
 	builtin map[string]Driver
 	// Dir holds the executable drivers (muster-driver-NAME); empty for none.
 	Dir string
+	// schemas caches what executables printed for `schema`, so that
+	// admission does not fork a driver on every pool write.
+	schemas schemaCache
 }
 
 // NewRegistry returns a registry with the given built-in drivers.
@@ -80,23 +88,86 @@ func NewRegistry(dir string, builtin map[string]Driver) *Registry {
 	return &Registry{builtin: builtin, Dir: dir}
 }
 
-// Lookup returns the driver called name.
+// UnknownError is a driver name the registry has no driver for. Admission
+// refuses such a pool naming the drivers there are.
+type UnknownError struct {
+	Name string
+	// Reason says why name is no driver (missing, not executable, not a
+	// valid name).
+	Reason string
+	// Available are the drivers the registry has.
+	Available []string
+	// Dir is the drivers dir, empty when the server has none.
+	Dir string
+}
+
+func (e *UnknownError) Error() string {
+	msg := fmt.Sprintf("no driver %q (%s); the drivers are %s", e.Name, e.Reason, strings.Join(e.Available, ", "))
+	if e.Dir == "" {
+		return msg + "; the server has no --drivers-dir for executable drivers"
+	}
+	return msg + fmt.Sprintf("; add an executable %s to offer another", filepath.Join(e.Dir, "muster-driver-"+e.Name))
+}
+
+// Lookup returns the driver called name; the error is an *UnknownError
+// when there is none.
 func (r *Registry) Lookup(name string) (Driver, error) {
 	if d, ok := r.builtin[name]; ok {
 		return d, nil
 	}
 	if r.Dir == "" {
-		return nil, fmt.Errorf("no driver %q: the built-in drivers are %v, and the server has no --drivers-dir for others", name, r.names())
+		return nil, &UnknownError{Name: name, Reason: "not built in", Available: r.Names()}
 	}
-	return newExecutable(r.Dir, name)
+	d, err := newExecutable(r.Dir, name)
+	if err != nil {
+		return nil, &UnknownError{Name: name, Reason: err.Error(), Available: r.Names(), Dir: r.Dir}
+	}
+	return d, nil
 }
 
-func (r *Registry) names() []string {
+// Names lists the drivers: the built-in ones and every executable
+// muster-driver-NAME in Dir, sorted.
+func (r *Registry) Names() []string {
 	var n []string
 	for k := range r.builtin {
 		n = append(n, k)
 	}
+	if r.Dir != "" {
+		entries, _ := os.ReadDir(r.Dir) // an unreadable dir has no drivers; Lookup says why
+		for _, e := range entries {
+			name, ok := strings.CutPrefix(e.Name(), "muster-driver-")
+			if !ok || r.builtin[name] != nil {
+				continue
+			}
+			if _, err := newExecutable(r.Dir, name); err == nil {
+				n = append(n, name)
+			}
+		}
+	}
+	sort.Strings(n)
 	return n
+}
+
+// SchemaTimeout bounds a driver's schema call: it runs while a client
+// waits for its pool write, and printing a fixed document is quick.
+const SchemaTimeout = 10 * time.Second
+
+// Schema returns the schema of the driver called name. An executable's is
+// cached by path and modification time, so it is asked once per version
+// of the file. The error is an *UnknownError when there is no such driver,
+// otherwise it says the driver failed and how to fix it.
+func (r *Registry) Schema(ctx context.Context, name string) (Schema, error) {
+	d, err := r.Lookup(name)
+	if err != nil {
+		return Schema{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, SchemaTimeout)
+	defer cancel()
+	e, ok := d.(executable)
+	if !ok {
+		return d.Schema(ctx)
+	}
+	return r.schemas.get(ctx, e)
 }
 
 // EncodeState and DecodeState keep State in the Machine's annotation.

@@ -23,14 +23,16 @@ const maxOutput = 1 << 20
 
 type executable struct{ path string }
 
+// newExecutable finds muster-driver-name in dir; the error is the reason
+// there is none, which Lookup wraps in an UnknownError.
 func newExecutable(dir, name string) (Driver, error) {
 	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
-		return nil, fmt.Errorf("driver name %q: %s", name, msgs[0])
+		return nil, fmt.Errorf("not a valid driver name: %s", msgs[0])
 	}
 	path := filepath.Join(dir, "muster-driver-"+name)
 	fi, err := os.Stat(path)
-	if err != nil || fi.Mode()&0o111 == 0 {
-		return nil, fmt.Errorf("no driver %q: %s is missing or not executable", name, path)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("%s is missing or not an executable file", path)
 	}
 	return executable{path: path}, nil
 }
@@ -46,6 +48,9 @@ func (e executable) call(ctx context.Context, verb string, req, resp any) error 
 	cmd.Stdin = bytes.NewReader(in)
 	var stdout, stderr capped
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// A driver's children (a shell script's sleep) may hold its output
+	// open after it is killed; stop waiting for them soon after the timeout.
+	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Run(); err != nil {
 		msg := strings.TrimSpace(stderr.String())
 		if msg == "" {

@@ -11,7 +11,9 @@ import (
 // in-process access to them. lastHeard, if not nil, is when a machine's
 // agent was last heard by any server, kept in memory by the server: the
 // machines table shows it rather than the coarsely persisted lastSeen.
-func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter, lastHeard func(machine string) time.Time) ([]*Storage, *Objects, error) {
+// drivers, if not nil, checks each MachinePool's driverConfig against its
+// driver's schema at admission (pooladmission.go).
+func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter, lastHeard func(machine string) time.Time, drivers DriverSchemas) ([]*Storage, *Objects, error) {
 	builders := []func() (*Storage, error){
 		func() (*Storage, error) { return newStorage(Cluster, typer, optsGetter, lastHeard) },
 		func() (*Storage, error) { return newStorage(ClusterRegistrationToken, typer, optsGetter, lastHeard) },
@@ -36,5 +38,9 @@ func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter, lastHe
 	// A Cluster is deleted only once it has no Machines (clusterdelete.go).
 	clusters := byResource[Cluster.Resource]
 	clusters.Main = &clusterREST{REST: clusters.Main.(*REST), machines: byResource[Machine.Resource].store}
+	if drivers != nil {
+		pools := byResource[MachinePool.Resource]
+		pools.Main = &poolREST{REST: pools.Main.(*REST), drivers: drivers}
+	}
 	return all, newObjects(byResource), nil
 }

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -22,7 +21,6 @@ import (
 	"github.com/muster-io/muster/internal/caller"
 	"github.com/muster-io/muster/internal/driver"
 	"github.com/muster-io/muster/internal/events"
-	"github.com/muster-io/muster/internal/install"
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/leader"
 	"github.com/muster-io/muster/internal/lifecycle"
@@ -60,9 +58,12 @@ type controllers struct {
 	rules    *apiserver.AgentAuthorizer
 	liveness *lifecycle.Tracker
 	events   *events.Recorder
-	client   versioned.Interface
-	factory  informers.SharedInformerFactory
-	stop     <-chan struct{}
+	// drivers are the machine-pool drivers, shared with the API's
+	// admission so that pools are checked against the drivers that run them.
+	drivers *driver.Registry
+	client  versioned.Interface
+	factory informers.SharedInformerFactory
+	stop    <-chan struct{}
 
 	// stopElection ends this server's part in the leader election;
 	// elected is closed once it has ended (and a held lease is released).
@@ -159,10 +160,7 @@ func (c *controllers) lead(term context.Context) {
 	granter := c.join.NewController(factory)
 	housekeeper := c.join.NewHousekeeper(c.client, factory)
 	machines := lifecycle.NewController(c.client, c.objects, factory, c.liveness, c.cfg.AgentSilenceThreshold, c.events)
-	drivers := driver.NewRegistry(c.cfg.DriversDir, map[string]driver.Driver{
-		"process": driver.Process{Dir: filepath.Join(c.cfg.DataDir, "pools"), AgentBinary: install.AgentBinary(c.cfg.AgentBinary)},
-	})
-	pools := pool.NewController(c.client, factory, drivers, "https://"+c.address)
+	pools := pool.NewController(c.client, factory, c.drivers, "https://"+c.address)
 	endpoints := factory.Muster().V1alpha1().ServerEndpoints()
 	// Start what the controllers added; it runs until the server stops.
 	factory.Start(c.stop)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
+	"github.com/muster-io/muster/internal/driver"
 	"github.com/muster-io/muster/internal/events"
 	"github.com/muster-io/muster/internal/history"
 	"github.com/muster-io/muster/internal/install"
@@ -189,6 +190,9 @@ func run(ctx context.Context, cfg Config) error {
 	metrics.Register()
 	metrics.SetConnectedAgents(func() int { return liveness.Connected(metrics.ConnectedWindow) })
 	registrationRules := apiserver.NewAgentAuthorizer()
+	drivers := driver.NewRegistry(cfg.DriversDir, map[string]driver.Driver{
+		"process": driver.Process{Dir: filepath.Join(cfg.DataDir, "pools"), AgentBinary: install.AgentBinary(cfg.AgentBinary)},
+	})
 	api, err := apiserver.New(apiserver.Config{
 		BindAddress:                 bind,
 		Port:                        cfg.HTTPSPort,
@@ -209,6 +213,7 @@ func run(ctx context.Context, cfg Config) error {
 		Registrations:               joins.Storage,
 		EventTTL:                    cfg.EventTTL,
 		LastHeard:                   liveness.LastSeen,
+		Drivers:                     drivers,
 	})
 	if err != nil {
 		return err
@@ -216,7 +221,7 @@ func run(ctx context.Context, cfg Config) error {
 	joins.SetEvents(recorder) // the join's Granter exists once the API is built
 	ctl := &controllers{
 		cfg: cfg, join: joins, objects: api.Objects(), self: self, address: advertised, peerTLS: peerTLS,
-		tokens: tokens, rules: registrationRules, liveness: liveness, events: recorder,
+		tokens: tokens, rules: registrationRules, liveness: liveness, events: recorder, drivers: drivers,
 	}
 	if err := api.AddPostStartHook("muster-controllers", func(ctx context.Context) error {
 		return ctl.start(ctx, api.LoopbackConfig())

@@ -376,7 +376,14 @@ spec:
 // own message, and the pool says what failed.
 func TestMachinePoolDriverFailure(t *testing.T) {
 	drivers := t.TempDir()
-	script := "#!/bin/sh\ncat >/dev/null\necho \"quota exceeded in region east-1\" >&2\nexit 1\n"
+	// It answers schema (admission asks it, and takes no config) and fails
+	// every create.
+	script := `#!/bin/sh
+cat >/dev/null
+if [ "$1" = schema ]; then echo '{"description":"fails every create","fields":[]}'; exit 0; fi
+echo "quota exceeded in region east-1" >&2
+exit 1
+`
 	if err := os.WriteFile(filepath.Join(drivers, "muster-driver-broken"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -408,5 +415,144 @@ spec:
 	}
 	if out := s.mustKubectl("get", "machines", "-l", "muster.io/pool=broken", "-o", "name"); strings.Count(out, "machine.muster.io/") != 1 {
 		t.Errorf("a failing driver made more than one Machine: %s", out)
+	}
+}
+
+// writeFile writes content to a new file under the test's temp dir.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestMachinePoolDriverSchema: a pool's driverConfig is checked against
+// its driver's schema when the pool is written. A typo in a key, a bad
+// integer, a missing required field or an unknown driver is refused with
+// 422 naming the field, also on a server-side dry run, and nothing is
+// stored; a driver that cannot print its schema refuses the pool with
+// the driver's reason. Users read the schemas with kubectl get --raw.
+func TestMachinePoolDriverSchema(t *testing.T) {
+	drivers := t.TempDir()
+	scripts := map[string]string{
+		// A driver with config; creates fail, as no pool here scales up.
+		"cloud": `#!/bin/sh
+cat >/dev/null
+if [ "$1" = schema ]; then
+  echo '{"description":"hosts in a test cloud","fields":[{"name":"size","type":"integer","required":true,"description":"disk GiB"},{"name":"zone","type":"string","default":"east-1"}]}'
+  exit 0
+fi
+echo "this test never creates hosts" >&2
+exit 1
+`,
+		// A driver from before the schema verb: it fails schema.
+		"old": "#!/bin/sh\ncat >/dev/null\necho \"unknown verb $1\" >&2\nexit 2\n",
+	}
+	for name, script := range scripts {
+		if err := os.WriteFile(filepath.Join(drivers, "muster-driver-"+name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startServer(t, "", "--drivers-dir", drivers)
+	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
+	pool := func(name, template string) string {
+		return writeFile(t, name+".yaml", fmt.Sprintf(`apiVersion: muster.io/v1alpha1
+kind: MachinePool
+metadata: {name: %s}
+spec:
+  cluster: edge-east
+  replicas: 0
+  template: %s
+`, name, template))
+	}
+	refused := []struct {
+		name, template string
+		// want are parts of kubectl's message.
+		want []string
+	}{
+		{"typo", `{driver: cloud, driverConfig: {size: "20", zon: west}}`,
+			[]string{`spec.template.driverConfig[zon]: Invalid value: "west": unknown field`, `driver "cloud" accepts size (integer, required), zone (string, default east-1)`}},
+		{"bad-integer", `{driver: cloud, driverConfig: {size: "20GiB"}}`,
+			[]string{`spec.template.driverConfig[size]: Invalid value: "20GiB": "20GiB" is not an integer`}},
+		{"missing-required", `{driver: cloud, driverConfig: {zone: west}}`,
+			[]string{`spec.template.driverConfig[size]: Required value: required by the driver`}},
+		{"process-config", `{driver: process, driverConfig: {size: "20"}}`,
+			[]string{`spec.template.driverConfig[size]`, `driver "process" accepts no driverConfig`}},
+		{"unknown-driver", `{driver: clod}`,
+			[]string{`spec.template.driver: Invalid value: "clod": no driver "clod"`, "the drivers are cloud, old, process", "muster-driver-clod"}},
+	}
+	for _, tc := range refused {
+		path := pool(tc.name, tc.template)
+		// Client-side apply creates; server-side apply creates through an
+		// update (a patch of a pool that does not exist): both are checked.
+		for _, dry := range [][]string{{"--dry-run=server"}, {"--server-side", "--dry-run=server"}, {"--server-side"}, nil} {
+			out, err := s.kubectl(append([]string{"apply", "-f", path}, dry...)...)
+			// "is invalid" is kubectl's rendering of reason Invalid, HTTP 422.
+			if err == nil || !strings.Contains(out, `The MachinePool "`+tc.name+`" is invalid`) {
+				t.Errorf("%s %v: kubectl apply: %v\n%s; want 422 Invalid", tc.name, dry, err, out)
+				continue
+			}
+			if tc.name == "typo" {
+				t.Logf("kubectl apply %v of a pool with a typo:\n%s", dry, out)
+			}
+			for _, part := range tc.want {
+				if !strings.Contains(out, part) {
+					t.Errorf("%s %v: the refusal does not say %q:\n%s", tc.name, dry, part, out)
+				}
+			}
+		}
+	}
+	if out := s.mustKubectl("get", "machinepools", "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Errorf("refused pools were stored: %s", out)
+	}
+
+	// A driver that cannot print its schema: the pool is refused (503, not
+	// 422: the pool may be right) with the driver's reason and the fix.
+	out, err := s.kubectl("apply", "-f", pool("old", "{driver: old}"))
+	for _, part := range []string{"ServiceUnavailable", `driver "old" cannot say what driverConfig it accepts`, "unknown verb schema", "muster-driver-old schema"} {
+		if err == nil || !strings.Contains(out, part) {
+			t.Errorf("a pool of a driver without a schema: %v\n%s; want it refused saying %q", err, out, part)
+		}
+	}
+
+	// A good pool is stored; changing its template is checked again, while
+	// changes that leave the template alone are not.
+	s.mustKubectl("apply", "-f", pool("good", `{driver: cloud, driverConfig: {size: "20"}}`))
+	out, err = s.kubectl("patch", "machinepool", "good", "--type", "merge", "-p", `{"spec":{"template":{"driverConfig":{"size":"big"}}}}`)
+	if err == nil || !strings.Contains(out, `spec.template.driverConfig[size]: Invalid value: "big"`) {
+		t.Errorf("a template change to a bad integer: %v\n%s; want 422 naming the field", err, out)
+	}
+	s.mustKubectl("patch", "machinepool", "good", "--type", "merge", "-p", `{"spec":{"template":{"driverConfig":{"zone":"west"}}}}`)
+	s.mustKubectl("label", "machinepool", "good", "team=infra")
+	if got := s.mustKubectl("get", "machinepool", "good", "-o", "jsonpath={.spec.template.driverConfig.size}/{.spec.template.driverConfig.zone}"); got != "20/west" {
+		t.Errorf("the good pool's config is %q; want 20/west", got)
+	}
+
+	// The schemas, as admission reads them: the admin and a viewer.
+	viewer := userKubeconfig(t, s, "vera", "muster:viewers")
+	for who, run := range map[string]func(...string) (string, error){
+		"admin":  s.kubectl,
+		"viewer": func(args ...string) (string, error) { return kubectlAs(viewer, args...) },
+	} {
+		out, err := run("get", "--raw", "/drivers/cloud")
+		t.Logf("%s: kubectl get --raw /drivers/cloud:\n%s", who, out)
+		if err != nil || !strings.Contains(out, `"name": "size"`) || !strings.Contains(out, `"type": "integer"`) || !strings.Contains(out, `"required": true`) || !strings.Contains(out, "hosts in a test cloud") {
+			t.Errorf("%s: kubectl get --raw /drivers/cloud: %v\n%s", who, err, out)
+		}
+		out, err = run("get", "--raw", "/drivers")
+		if err != nil || !strings.Contains(out, `"name": "process"`) || !strings.Contains(out, `"name": "cloud"`) || !strings.Contains(out, "unknown verb schema") {
+			t.Errorf("%s: kubectl get --raw /drivers: %v\n%s; want every driver, and old's failure", who, err, out)
+		}
+		out, err = run("get", "--raw", "/drivers/nope")
+		if err == nil || !strings.Contains(out, "NotFound") || !strings.Contains(out, "the drivers are cloud, old, process") {
+			t.Errorf("%s: kubectl get --raw /drivers/nope: %v\n%s; want NotFound naming the drivers", who, err, out)
+		}
+	}
+	// Reading schemas is for the roles that read pools.
+	metrics := userKubeconfig(t, s, "mona", "muster:metrics-readers")
+	if out, err := kubectlAs(metrics, "get", "--raw", "/drivers/cloud"); err == nil || !strings.Contains(out, "forbidden") {
+		t.Errorf("a metrics reader read a driver's schema: %v\n%s", err, out)
 	}
 }

@@ -1,0 +1,88 @@
+package registry
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/muster-io/muster/internal/driver"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
+
+// TestCheckDriverConfig runs the admission check on a real driver
+// registry: the built-in process driver and an executable one.
+func TestCheckDriverConfig(t *testing.T) {
+	dir := t.TempDir()
+	cloud := `#!/bin/sh
+cat >/dev/null
+echo '{"description":"hosts in a cloud","fields":[{"name":"size","type":"integer","required":true},{"name":"zone","type":"string","default":"east-1"}]}'
+`
+	broken := "#!/bin/sh\ncat >/dev/null\necho 'cannot read /etc/cloud/key' >&2\nexit 1\n"
+	for name, script := range map[string]string{"cloud": cloud, "broken": broken} {
+		if err := os.WriteFile(filepath.Join(dir, "muster-driver-"+name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drivers := driver.NewRegistry(dir, map[string]driver.Driver{"process": driver.Process{}})
+	pool := func(d string, config map[string]string) *api.MachinePool {
+		return &api.MachinePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: api.MachinePoolSpec{Template: api.MachineTemplate{Driver: d, DriverConfig: config}}}
+	}
+	for _, tc := range []struct {
+		name string
+		pool *api.MachinePool
+		// want is "field: part of its message" per error, in order.
+		want []string
+		// unavailable: the driver cannot be asked; no field errors.
+		unavailable string
+	}{
+		{name: "process without config", pool: pool("process", nil)},
+		{name: "cloud with its required field", pool: pool("cloud", map[string]string{"size": "2", "zone": "west"})},
+		{name: "process refuses any key", pool: pool("process", map[string]string{"size": "2"}),
+			want: []string{`spec.template.driverConfig[size]: unknown field; driver "process" accepts no driverConfig`}},
+		{name: "unknown key and bad integer", pool: pool("cloud", map[string]string{"size": "two", "szone": "x"}),
+			want: []string{
+				`spec.template.driverConfig[size]: "two" is not an integer; driver "cloud" accepts size (integer, required), zone (string, default east-1)`,
+				`spec.template.driverConfig[szone]: unknown field`,
+			}},
+		{name: "missing required", pool: pool("cloud", map[string]string{"zone": "x"}),
+			want: []string{`spec.template.driverConfig[size]: required by the driver`}},
+		{name: "unknown driver", pool: pool("clod", nil),
+			want: []string{`spec.template.driver: no driver "clod"`, "the drivers are broken, cloud, process"}},
+		{name: "driver that cannot give its schema", pool: pool("broken", nil),
+			unavailable: "cannot read /etc/cloud/key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs, err := checkDriverConfig(context.Background(), drivers, tc.pool)
+			if tc.unavailable != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.unavailable) || !strings.Contains(err.Error(), "muster-driver-broken schema") {
+					t.Fatalf("err = %v; want the driver's failure %q and the command to fix", err, tc.unavailable)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			msgs := errs.ToAggregate()
+			if tc.want == nil {
+				if msgs != nil {
+					t.Fatalf("refused a good pool: %v", msgs)
+				}
+				return
+			}
+			if len(errs) == 0 {
+				t.Fatalf("accepted; want %v", tc.want)
+			}
+			all := msgs.Error()
+			for _, part := range tc.want {
+				f, msg, _ := strings.Cut(part, ": ")
+				if !strings.Contains(all, f) || !strings.Contains(all, msg) {
+					t.Errorf("errors %q do not say %q", all, part)
+				}
+			}
+		})
+	}
+}
