@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -104,13 +105,25 @@ func RunPlans(ctx context.Context, client versioned.Interface, machine string, o
 	factory.Start(ctx.Done())
 	retry := time.Duration(0)
 	for {
+		ticked := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.kick:
 		case <-time.After(max(retry, time.Minute)):
+			ticked = true
 		}
 		plan, err := plans.Lister().Get(machine)
+		if ticked {
+			// A watch can stall without an error (a server restored from
+			// a snapshot, a connection that died quietly); once a minute
+			// the plan is read from the server's watch cache as well, so
+			// a missed change costs a minute, not the 10-minute resync.
+			if fresh, ferr := client.MusterV1alpha1().MachinePlans().Get(ctx, machine, metav1.GetOptions{ResourceVersion: "0"}); ferr == nil &&
+				(err != nil || newer(fresh.ResourceVersion, plan.ResourceVersion)) {
+				plan, err = fresh, nil
+			}
+		}
 		if err != nil {
 			continue
 		}
@@ -129,6 +142,15 @@ func RunPlans(ctx context.Context, client versioned.Interface, machine string, o
 			}()
 		}
 	}
+}
+
+// newer reports whether resource version a is past b. Muster's are
+// datastore revisions; a lagging read must never take an agent back to
+// an older plan.
+func newer(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	return errA == nil && errB == nil && x > y
 }
 
 func (r *planRunner) poke() {
