@@ -29,6 +29,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -233,10 +234,11 @@ func (c *Controller) reconcile(ctx context.Context, p *api.MachinePool) error {
 	// theirs (Cluster API's short-circuit).
 	if bad := unhealthy(live, p.Spec.Health, time.Now()); len(bad) > 0 {
 		// Every machine down counts, not only those past the timeout:
-		// machines that failed together pass it one by one.
+		// machines that failed together pass it one by one. Machines
+		// still starting count once past their startup timeout.
 		down := 0
 		for _, m := range live {
-			if m.Status.Phase == api.MachinePhaseUnavailable || m.Status.Phase == api.MachinePhaseFailed {
+			if m.Status.Phase == api.MachinePhaseUnavailable || m.Status.Phase == api.MachinePhaseFailed || slices.Contains(bad, m) {
 				down++
 			}
 		}
@@ -316,26 +318,34 @@ func (c *Controller) reconcile(ctx context.Context, p *api.MachinePool) error {
 }
 
 // unhealthy returns the machines Unavailable or Failed for longer than the
-// pool's unhealthyTimeout.
+// pool's unhealthyTimeout, and those whose agent has not checked in within
+// its startupTimeout of their creation.
 func unhealthy(ms []*api.Machine, h api.MachinePoolHealth, now time.Time) []*api.Machine {
-	timeout := 5 * time.Minute
+	timeout, startup := 5*time.Minute, 10*time.Minute
 	if h.UnhealthyTimeout != nil {
 		timeout = h.UnhealthyTimeout.Duration
 	}
-	if timeout <= 0 {
-		return nil
+	if h.StartupTimeout != nil {
+		startup = h.StartupTimeout.Duration
 	}
 	var bad []*api.Machine
 	for _, m := range ms {
-		if m.Status.Phase != api.MachinePhaseUnavailable && m.Status.Phase != api.MachinePhaseFailed {
-			continue
-		}
-		since := m.CreationTimestamp.Time
-		if n := len(m.Status.Transitions); n > 0 && m.Status.Transitions[n-1].To == string(m.Status.Phase) {
-			since = m.Status.Transitions[n-1].Time.Time
-		}
-		if now.Sub(since) >= timeout {
-			bad = append(bad, m)
+		switch m.Status.Phase {
+		case api.MachinePhaseUnavailable, api.MachinePhaseFailed:
+			if timeout <= 0 {
+				continue
+			}
+			since := m.CreationTimestamp.Time
+			if n := len(m.Status.Transitions); n > 0 && m.Status.Transitions[n-1].To == string(m.Status.Phase) {
+				since = m.Status.Transitions[n-1].Time.Time
+			}
+			if now.Sub(since) >= timeout {
+				bad = append(bad, m)
+			}
+		case "", api.MachinePhasePending, api.MachinePhaseProvisioning, api.MachinePhaseRegistering:
+			if startup > 0 && now.Sub(m.CreationTimestamp.Time) >= startup {
+				bad = append(bad, m)
+			}
 		}
 	}
 	return bad
@@ -436,8 +446,11 @@ func (c *Controller) create(ctx context.Context, d driver.Driver, p *api.Machine
 		return fmt.Errorf("recording machine %s's driver state: %w", name, err)
 	}
 	// Pending → Provisioning, unless its agent already registered.
-	if cur, err := c.client.MusterV1alpha1().Machines().Get(ctx, name, metav1.GetOptions{}); err == nil && cur.Status.Phase == api.MachinePhasePending {
-		cur.Status.Phase, cur.Status.Reason = api.MachinePhaseProvisioning, "DriverCreatedHost"
+	if cur, err := c.client.MusterV1alpha1().Machines().Get(ctx, name, metav1.GetOptions{}); err == nil {
+		if cur.Status.Phase == api.MachinePhasePending {
+			cur.Status.Phase, cur.Status.Reason = api.MachinePhaseProvisioning, "DriverCreatedHost"
+		}
+		setProvisioned(cur, true, "DriverCreatedHost", fmt.Sprintf("driver %s made the host: %s", p.Spec.Template.Driver, encoded))
 		_, _ = c.client.MusterV1alpha1().Machines().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 	}
 	klog.InfoS("Provisioned a pool machine", "pool", p.Name, "machine", name, "driver", p.Spec.Template.Driver)
@@ -463,6 +476,7 @@ func (c *Controller) failCreate(ctx context.Context, d driver.Driver, p *api.Mac
 		msg = strings.ToValidUTF8(msg[:2048], "")
 	}
 	m.Status.Phase, m.Status.Reason, m.Status.Message = api.MachinePhaseFailed, "DriverCreateFailed", msg
+	setProvisioned(m, false, "DriverCreateFailed", msg)
 	if _, err := c.client.MusterV1alpha1().Machines().UpdateStatus(ctx, m, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
@@ -505,6 +519,7 @@ func (c *Controller) releaseHost(ctx context.Context, d driver.Driver, m *api.Ma
 		if m.Status.Reason != "DriverRemoveFailed" || m.Status.Message != msg {
 			next := m.DeepCopy()
 			next.Status.Reason, next.Status.Message = "DriverRemoveFailed", msg
+			setProvisioned(next, false, "DriverRemoveFailed", msg)
 			_, _ = c.client.MusterV1alpha1().Machines().UpdateStatus(ctx, next, metav1.UpdateOptions{})
 		}
 		return fmt.Errorf("machine %s: %s", m.Name, msg)
@@ -621,6 +636,22 @@ func (c *Controller) setMessage(ctx context.Context, name, msg string) {
 	}
 	p.Status.Message = msg
 	_, _ = c.client.MusterV1alpha1().MachinePools().UpdateStatus(ctx, p, metav1.UpdateOptions{})
+}
+
+// ProvisionedCondition on a pool's Machine says what its driver last did
+// with the host, in the driver's own words.
+const ProvisionedCondition = "Provisioned"
+
+// setProvisioned records the driver's outcome on m's status (not written).
+func setProvisioned(m *api.Machine, ok bool, reason, msg string) {
+	if len(msg) > 1024 {
+		msg = strings.ToValidUTF8(msg[:1024], "")
+	}
+	status := metav1.ConditionFalse
+	if ok {
+		status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: ProvisionedCondition, Status: status, Reason: reason, Message: msg, ObservedGeneration: m.Generation})
 }
 
 func randomSuffix() string {

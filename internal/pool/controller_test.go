@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -120,5 +121,43 @@ func TestExpectations(t *testing.T) {
 	e.created["p"]["p-lost"] = time.Now().Add(-expectationTimeout - time.Second)
 	if e.pending("p", nil) {
 		t.Errorf("an expectation past its timeout still holds the pool")
+	}
+}
+
+func TestUnhealthy(t *testing.T) {
+	now := time.Unix(10000, 0)
+	ago := func(d time.Duration) metav1.Time { return metav1.NewTime(now.Add(-d)) }
+	m := func(name string, phase api.MachinePhase, created, since time.Duration) *api.Machine {
+		x := &api.Machine{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: ago(created)}, Status: api.MachineStatus{Phase: phase}}
+		if since > 0 {
+			x.Status.Transitions = []api.Transition{{To: string(phase), Time: ago(since)}}
+		}
+		return x
+	}
+	d := func(v time.Duration) *metav1.Duration { return &metav1.Duration{Duration: v} }
+	tests := []struct {
+		name   string
+		health api.MachinePoolHealth
+		ms     []*api.Machine
+		want   []string
+	}{
+		{"Unavailable past the timeout", api.MachinePoolHealth{UnhealthyTimeout: d(time.Minute)}, []*api.Machine{m("a", "Unavailable", time.Hour, 2*time.Minute), m("b", "Unavailable", time.Hour, 30*time.Second)}, []string{"a"}},
+		{"Running is never unhealthy", api.MachinePoolHealth{UnhealthyTimeout: d(time.Second)}, []*api.Machine{m("a", "Running", time.Hour, time.Hour)}, nil},
+		{"0s never replaces", api.MachinePoolHealth{UnhealthyTimeout: d(0)}, []*api.Machine{m("a", "Failed", time.Hour, time.Hour)}, nil},
+		{"default 5m", api.MachinePoolHealth{}, []*api.Machine{m("a", "Failed", time.Hour, 6*time.Minute), m("b", "Failed", time.Hour, 4*time.Minute)}, []string{"a"}},
+		{"stuck Registering past startupTimeout", api.MachinePoolHealth{StartupTimeout: d(time.Minute)}, []*api.Machine{m("a", "Registering", 2*time.Minute, 0), m("b", "Registering", 30*time.Second, 0)}, []string{"a"}},
+		{"startup default 10m", api.MachinePoolHealth{}, []*api.Machine{m("a", "Provisioning", 11*time.Minute, 0), m("b", "Pending", 9*time.Minute, 0)}, []string{"a"}},
+		{"startup 0s never replaces", api.MachinePoolHealth{StartupTimeout: d(0)}, []*api.Machine{m("a", "Pending", time.Hour, 0)}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, b := range unhealthy(tt.ms, tt.health, now) {
+				got = append(got, b.Name)
+			}
+			if strings.Join(got, ",") != strings.Join(tt.want, ",") {
+				t.Errorf("unhealthy = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

@@ -64,6 +64,9 @@ var MachinePool = Kind[*api.MachinePool]{
 		default:
 			errs = append(errs, field.NotSupported(spec.Child("deletePolicy"), p.Spec.DeletePolicy, []string{"Newest", "Oldest", "Random"}))
 		}
+		if h := p.Spec.Health.StartupTimeout; h != nil && h.Duration < 0 {
+			errs = append(errs, field.Invalid(spec.Child("health", "startupTimeout"), h.Duration.String(), "must not be negative"))
+		}
 		if h := p.Spec.Health.UnhealthyTimeout; h != nil && h.Duration < 0 {
 			errs = append(errs, field.Invalid(spec.Child("health", "unhealthyTimeout"), h.Duration.String(), "must not be negative"))
 		}

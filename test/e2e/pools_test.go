@@ -83,7 +83,7 @@ func poolAgents(s *server) map[string]int {
 
 // killPoolAgentsAtEnd kills what s's process driver started when the test
 // ends: its agents outlive the server by design, as hosts would.
-func killPoolAgentsAtEnd(t *testing.T, s *server) {
+func killPoolAgentsAtEnd(t testing.TB, s *server) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := s.kubectl("get", "machines", "-o", "wide")
@@ -95,7 +95,7 @@ func killPoolAgentsAtEnd(t *testing.T, s *server) {
 	})
 }
 
-func applyPool(t *testing.T, s *server, manifest string) {
+func applyPool(t testing.TB, s *server, manifest string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "pool.yaml")
 	if err := os.WriteFile(path, []byte(manifest), 0o644); err != nil {
@@ -242,6 +242,10 @@ spec:
   cluster: edge-east
   replicas: %d
   strategy: {maxSurge: 1, maxUnavailable: 0}
+  # An agent whose registration was granted as the server died retries
+  # with its single-use token, is refused and gives up: its machine is
+  # replaced once it has not checked in within startupTimeout.
+  health: {startupTimeout: 20s}
   template:
     driver: process
     labels: {role: %s}
@@ -416,6 +420,52 @@ spec:
 	if out := s.mustKubectl("get", "machines", "-l", "muster.io/pool=broken", "-o", "name"); strings.Count(out, "machine.muster.io/") != 1 {
 		t.Errorf("a failing driver made more than one Machine: %s", out)
 	}
+	if out := s.mustKubectl("get", "machines", "-l", "muster.io/pool=broken", "-o", `jsonpath={.items[0].status.conditions[?(@.type=="Provisioned")].status}|{.items[0].status.conditions[?(@.type=="Provisioned")].message}`); !strings.HasPrefix(out, "False|") || !strings.Contains(out, "quota exceeded") {
+		t.Errorf("the Provisioned condition does not carry the driver's refusal: %q", out)
+	}
+
+	// A driver whose remove fails: the deleted Machine stays in Deleting
+	// with the driver's reason until the remove succeeds, then goes.
+	allow := filepath.Join(drivers, "allow-remove")
+	stuck := fmt.Sprintf(`#!/bin/sh
+cat >/dev/null
+case "$1" in
+schema) echo '{"fields":[]}' ;;
+create) echo '{"instance":"i-1"}' ;;
+remove) [ -e %s ] || { echo "the cloud API says instance i-1 is locked" >&2; exit 1; } ;;
+status) echo '{"exists":true}' ;;
+esac
+`, allow)
+	if err := os.WriteFile(filepath.Join(drivers, "muster-driver-stuck"), []byte(stuck), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	applyPool(t, s, `apiVersion: muster.io/v1alpha1
+kind: MachinePool
+metadata: {name: stuck}
+spec:
+  cluster: edge-east
+  replicas: 1
+  template: {driver: stuck}
+`)
+	var victim string
+	waitFor(t, 60*time.Second, "the stuck driver's machine to be provisioned", func() bool {
+		out, _ := s.kubectl("get", "machines", "-l", "muster.io/pool=stuck", "-o", `jsonpath={.items[0].metadata.name}|{.items[0].status.conditions[?(@.type=="Provisioned")].status}`)
+		name, status, _ := strings.Cut(out, "|")
+		victim = name
+		return status == "True"
+	})
+	s.mustKubectl("delete", "machine", victim, "--wait=false")
+	waitFor(t, 60*time.Second, "the deleted machine to wait in Deleting with the driver's reason", func() bool {
+		out, _ := s.kubectl("get", "machine", victim, "-o", "jsonpath={.status.phase}|{.status.reason}|{.status.message}")
+		return strings.HasPrefix(out, "Deleting|DriverRemoveFailed|") && strings.Contains(out, "instance i-1 is locked")
+	})
+	if err := os.WriteFile(allow, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the machine to go once its driver removed the host", func() bool {
+		_, err := s.kubectl("get", "machine", victim)
+		return err != nil
+	})
 }
 
 // writeFile writes content to a new file under the test's temp dir.
@@ -555,4 +605,66 @@ spec:
 	if out, err := kubectlAs(metrics, "get", "--raw", "/drivers/cloud"); err == nil || !strings.Contains(out, "forbidden") {
 		t.Errorf("a metrics reader read a driver's schema: %v\n%s", err, out)
 	}
+}
+
+// BenchmarkMachinePool50 (make bench; issue 15's figures): a pool of 50
+// real agents (process driver) from creation to all Running, a rolling
+// replacement of the 50 (maxSurge 5, maxUnavailable 0), and the
+// remediation of one killed machine.
+func BenchmarkMachinePool50(b *testing.B) {
+	const n = 50
+	s := startServer(b, "", "--agent-silence-threshold", "6s")
+	killPoolAgentsAtEnd(b, s)
+	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
+	pool := func(role string) string {
+		return fmt.Sprintf(`apiVersion: muster.io/v1alpha1
+kind: MachinePool
+metadata: {name: fifty}
+spec:
+  cluster: edge-east
+  replicas: %d
+  strategy: {maxSurge: 5, maxUnavailable: 0}
+  health: {unhealthyTimeout: 4s}
+  template:
+    driver: process
+    labels: {role: %s}
+`, n, role)
+	}
+	converged := func(role string) func() bool {
+		return func() bool {
+			ms := poolMachines(s, "fifty")
+			out, _ := s.kubectl("get", "machines", "-l", "muster.io/pool=fifty,role="+role, "-o", "name")
+			return len(ms) == n && countPhase(ms, "Running") == n && strings.Count(out, "machine.muster.io/") == n
+		}
+	}
+	start := time.Now()
+	applyPool(b, s, pool("blue"))
+	waitFor(b, 10*time.Minute, "50 pool machines Running", converged("blue"))
+	created := time.Since(start)
+
+	start = time.Now()
+	applyPool(b, s, pool("green"))
+	waitFor(b, 20*time.Minute, "50 green pool machines Running", converged("green"))
+	rolled := time.Since(start)
+
+	var victim string
+	for m := range poolMachines(s, "fifty") {
+		victim = m
+		break
+	}
+	if err := syscall.Kill(agentPID(s, victim), syscall.SIGKILL); err != nil {
+		b.Fatal(err)
+	}
+	start = time.Now()
+	waitFor(b, 5*time.Minute, "the killed machine replaced, 50 Running", func() bool {
+		ms := poolMachines(s, "fifty")
+		_, still := ms[victim]
+		return !still && len(ms) == n && countPhase(ms, "Running") == n
+	})
+	remediated := time.Since(start)
+	b.ReportMetric(created.Seconds(), "s-create-50")
+	b.ReportMetric(rolled.Seconds(), "s-roll-50")
+	b.ReportMetric(remediated.Seconds(), "s-remediate-1")
+	b.Logf("pool of 50 (process driver): created to all Running %v; rolling replacement (maxSurge 5) %v; one killed machine replaced %v (silence threshold 6s, unhealthyTimeout 4s)",
+		created.Round(time.Millisecond), rolled.Round(time.Millisecond), remediated.Round(time.Millisecond))
 }

@@ -1864,6 +1864,12 @@ func schema_pkg_apis_muster_v1alpha1_MachinePoolHealth(ref common.ReferenceCallb
 							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
 						},
 					},
+					"startupTimeout": {
+						SchemaProps: spec.SchemaProps{
+							Description: "StartupTimeout is how long a new machine may take from its creation to its agent's first check-in (Pending, Provisioning, Registering) before it is replaced: a host that never came up, or an agent that gave up joining (default 10m; 0s never replaces).",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
 					"maxUnhealthy": {
 						SchemaProps: spec.SchemaProps{
 							Description: "MaxUnhealthy stops remediation while more machines than this are unhealthy at once: then the fault is likely not theirs (a network or the server), and replacing them all would make it worse. Unset: no limit.",

@@ -88,6 +88,12 @@ type MachinePoolHealth struct {
 	// before it is replaced (default 5m; 0s never replaces).
 	// +optional
 	UnhealthyTimeout *metav1.Duration `json:"unhealthyTimeout,omitempty"`
+	// StartupTimeout is how long a new machine may take from its creation
+	// to its agent's first check-in (Pending, Provisioning, Registering)
+	// before it is replaced: a host that never came up, or an agent that
+	// gave up joining (default 10m; 0s never replaces).
+	// +optional
+	StartupTimeout *metav1.Duration `json:"startupTimeout,omitempty"`
 	// MaxUnhealthy stops remediation while more machines than this are
 	// unhealthy at once: then the fault is likely not theirs (a network or
 	// the server), and replacing them all would make it worse. Unset: no

@@ -756,6 +756,11 @@ func (in *MachinePoolHealth) DeepCopyInto(out *MachinePoolHealth) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.StartupTimeout != nil {
+		in, out := &in.StartupTimeout, &out.StartupTimeout
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.MaxUnhealthy != nil {
 		in, out := &in.MaxUnhealthy, &out.MaxUnhealthy
 		*out = new(int32)
