@@ -161,6 +161,7 @@ func (c *controllers) lead(term context.Context) {
 	machines := lifecycle.NewController(c.client, c.objects, factory, c.liveness, c.cfg.AgentSilenceThreshold, c.events)
 	drivers := driver.NewRegistry(c.cfg.DriversDir, map[string]driver.Driver{
 		"process": driver.Process{Dir: filepath.Join(c.cfg.DataDir, "pools"), AgentBinary: install.AgentBinary(c.cfg.AgentBinary)},
+		"ssh":     &driver.SSH{KeyDir: filepath.Join(c.cfg.DataDir, "drivers", "ssh"), Script: install.Script},
 	})
 	pools := pool.NewController(c.client, factory, drivers, "https://"+c.address)
 	endpoints := factory.Muster().V1alpha1().ServerEndpoints()
