@@ -194,6 +194,13 @@ func (d *SSH) key() (ssh.Signer, string, error) {
 			return nil, "", fmt.Errorf("reading the server's SSH key %s: %v; delete it (and its .pub) to make a new one, then authorize the new public key on the hosts", path, err)
 		}
 		d.signer, d.pub = signer, authorizedLine(signer.PublicKey())
+		// A pair made with ssh-keygen has its .pub; a lone private key
+		// gets one, since the operator copies the public key from there.
+		if _, err := os.Stat(path + ".pub"); errors.Is(err, os.ErrNotExist) {
+			if err := pki.WriteFileAtomic(path+".pub", []byte(d.pub+"\n"), 0o644); err != nil {
+				return nil, "", err
+			}
+		}
 	case errors.Is(err, os.ErrNotExist):
 		if d.signer, d.pub, err = makeSSHKey(d.KeyDir); err != nil {
 			return nil, "", err
@@ -366,6 +373,7 @@ if [ ! -f "$u" ]; then echo absent; exit 0; fi
 line=$(sed -n 's/^# exec: //p' "$u" | head -n 1)
 case " $line " in
 	*" --node-name %s "*) ;;
+	"  ") echo "other (installed by an install.sh that does not record the machine)"; exit 0 ;;
 	*) echo "other $line"; exit 0 ;;
 esac
 if [ ! -d /proc/self ]; then echo ours running; exit 0; fi
@@ -418,6 +426,7 @@ if [ ! -f "$u" ]; then echo absent; exit 0; fi
 line=$(sed -n 's/^# exec: //p' "$u" | head -n 1)
 case " $line " in
 	*" --node-name %s "*) ;;
+	"  ") echo "other (installed by an install.sh that does not record the machine)"; exit 0 ;;
 	*) echo "other $line"; exit 0 ;;
 esac
 %ssh "$u"

@@ -467,3 +467,66 @@ func TestSSHScriptsHoldNoSecret(t *testing.T) {
 		}
 	}
 }
+
+// TestSSHDriverForeignInstall: an uninstall script that does not record its
+// machine (an older install.sh, an install by hand) is not this driver's:
+// create refuses the host and remove leaves it alone.
+func TestSSHDriverForeignInstall(t *testing.T) {
+	s := startSSHD(t)
+	binDir := filepath.Join(t.TempDir(), "bin")
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(binDir, "ran")
+	uninstall := "#!/bin/sh\n# Removes what install.sh installed for muster-agent.\ntouch " + marker + "\n"
+	if err := os.WriteFile(filepath.Join(binDir, "muster-agent-uninstall.sh"), []byte(uninstall), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := &SSH{KeyDir: filepath.Join(t.TempDir(), "k"), Script: []byte(fakeInstall)}
+	s.authorize(t, d)
+	cfg := s.config(binDir)
+	_, err := d.Create(context.Background(), CreateRequest{Name: "edge-y", Config: cfg, Bootstrap: Bootstrap{ServerURL: "https://127.0.0.1:1", Token: "K10x"}})
+	if err == nil || !strings.Contains(err.Error(), "does not record the machine") {
+		t.Fatalf("create on a host with a foreign install: %v, want a refusal saying so", err)
+	}
+	if err := d.Remove(context.Background(), HostRequest{Name: "edge-y", Config: cfg}); err != nil {
+		t.Fatalf("remove: %v", err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("remove ran an uninstall script that is not the machine's")
+	}
+}
+
+// TestSSHDriverKeygenKey: a key pair the operator made with ssh-keygen
+// before the first pool is the one the driver uses; a missing .pub is
+// written back.
+func TestSSHDriverKeygenKey(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ssh")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(dir, "id_ed25519")
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "op", "-f", key).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen (openssh-client): %v %s", err, out)
+	}
+	made := strings.Fields(readFile(t, key+".pub"))
+	if err := os.Remove(key + ".pub"); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := (&SSH{KeyDir: dir}).PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Fields(pub); got[0] != made[0] || got[1] != made[1] {
+		t.Errorf("the driver's public key %q is not ssh-keygen's %q", pub, made)
+	}
+	if got := strings.Fields(readFile(t, key+".pub")); len(got) < 2 || got[1] != made[1] {
+		t.Errorf("the .pub was not written back: %q", got)
+	}
+	if err := os.Chmod(key, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&SSH{KeyDir: dir}).PublicKey(); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("a private key readable by others: %v, want a refusal saying chmod 600", err)
+	}
+}
