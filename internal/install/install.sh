@@ -21,9 +21,14 @@
 #   INSTALL_MUSTER_SKIP_ENABLE   true: install, do not enable or start
 #   INSTALL_MUSTER_SKIP_DOWNLOAD true: use the binary already in the bin dir
 #   INSTALL_MUSTER_BIN_DIR       where binaries go (default /usr/local/bin)
-#   INSTALL_MUSTER_SYSTEMD_DIR   where the unit and its env file go (default /etc/systemd/system)
+#   INSTALL_MUSTER_SYSTEMD_DIR   where the unit and its env file go (default /etc/systemd/system;
+#                                with openrc or none, also the init script, pid file and log)
 #   INSTALL_MUSTER_DATA_DIR      the service's data dir (default /var/lib/muster/<agent|server>)
-#   INSTALL_MUSTER_INIT          systemd or openrc (default: what this host runs)
+#   INSTALL_MUSTER_INIT          systemd, openrc or none (default: what this host runs). none is
+#                                for hosts without an init system (containers): the service runs
+#                                detached (setsid, pid file, log) from the control script
+#                                /etc/muster/<name> start|stop|status; it does not come back
+#                                after a reboot unless something runs that script
 set -eu
 
 info() { echo "[muster-install] $*"; }
@@ -83,10 +88,10 @@ if [ -z "$init" ]; then
 	elif [ -x /sbin/openrc-run ]; then
 		init=openrc
 	else
-		fatal "neither systemd nor openrc found: set INSTALL_MUSTER_INIT=systemd or openrc"
+		fatal "neither systemd nor openrc found: set INSTALL_MUSTER_INIT=systemd or openrc, or none to run $name detached without an init system (it will not restart after a reboot)"
 	fi
 fi
-case "$init" in systemd | openrc) ;; *) fatal "INSTALL_MUSTER_INIT=$init: use systemd or openrc" ;; esac
+case "$init" in systemd | openrc | none) ;; *) fatal "INSTALL_MUSTER_INIT=$init: use systemd, openrc or none" ;; esac
 
 sha256() {
 	if command -v sha256sum >/dev/null 2>&1; then
@@ -161,13 +166,23 @@ else
 	exec_line="$binary --data-dir $data_dir --with-agent$extra"
 fi
 
+pid_file=/run/$name.pid
+log_file=/var/log/$name.log
 if [ "$init" = systemd ]; then
 	unit=$systemd_dir/$name.service
 	env_file=$systemd_dir/$name.service.env
-else
+elif [ "$init" = openrc ]; then
 	unit=/etc/init.d/$name
 	env_file=/etc/conf.d/$name.env
-	[ -z "${INSTALL_MUSTER_SYSTEMD_DIR:-}" ] || { unit=$systemd_dir/$name; env_file=$systemd_dir/$name.env; }
+else
+	unit=/etc/muster/$name
+	env_file=/etc/muster/$name.env
+fi
+if [ "$init" != systemd ] && [ -n "${INSTALL_MUSTER_SYSTEMD_DIR:-}" ]; then
+	unit=$systemd_dir/$name
+	env_file=$systemd_dir/$name.env
+	pid_file=$systemd_dir/$name.pid
+	log_file=$systemd_dir/$name.log
 fi
 mkdir -p "$(dirname "$unit")" "$(dirname "$env_file")"
 
@@ -198,18 +213,67 @@ LimitNOFILE=1048576
 [Install]
 WantedBy=multi-user.target
 EOF
-else
+elif [ "$init" = openrc ]; then
 	cat >"$unit" <<EOF
 #!/sbin/openrc-run
 description="Muster $cmd"
 command="$binary"
 command_args="${exec_line#"$binary" }"
 command_background=true
-pidfile="/run/$name.pid"
-output_log="/var/log/$name.log"
-error_log="/var/log/$name.log"
+pidfile="$pid_file"
+output_log="$log_file"
+error_log="$log_file"
 depend() { need net; }
 start_pre() { set -a; . "$env_file"; set +a; }
+EOF
+	chmod 0755 "$unit"
+else
+	# No init system: this script is the service manager. The process runs
+	# in its own session (setsid) holding nothing of the caller's terminal or
+	# SSH session, so it outlives the shell that started it; the pid file is
+	# checked against the process's command line so that a recycled pid is
+	# never signalled.
+	cat >"$unit" <<EOF
+#!/bin/sh
+# Runs $name without an init system (installed with INSTALL_MUSTER_INIT=none).
+# Usage: $unit start|stop|restart|status
+set -u
+pid_file='$pid_file'
+running() {
+	[ -r "\$pid_file" ] || return 1
+	pid=\$(cat "\$pid_file") || return 1
+	case "\$pid" in '' | *[!0-9]*) return 1 ;; esac
+	kill -0 "\$pid" 2>/dev/null || return 1
+	[ ! -r "/proc/\$pid/cmdline" ] || tr '\\000' ' ' <"/proc/\$pid/cmdline" | grep -qF -- '--data-dir $data_dir'
+}
+start() {
+	if running; then echo "$name runs (pid \$pid)"; return 0; fi
+	set -a; . '$env_file'; set +a
+	umask 077
+	if command -v setsid >/dev/null 2>&1; then
+		nohup setsid $exec_line >>'$log_file' 2>&1 </dev/null &
+	else
+		nohup $exec_line >>'$log_file' 2>&1 </dev/null &
+	fi
+	echo \$! >"\$pid_file"
+	echo "$name started (pid \$!, log $log_file)"
+}
+stop() {
+	running || { rm -f "\$pid_file"; return 0; }
+	kill "\$pid" 2>/dev/null
+	i=0
+	while running && [ \$i -lt 100 ]; do sleep 0.1 2>/dev/null || sleep 1; i=\$((i + 1)); done
+	if running; then kill -9 "\$pid" 2>/dev/null; fi
+	rm -f "\$pid_file"
+	echo "$name stopped"
+}
+case "\${1:-}" in
+	start) start ;;
+	stop) stop ;;
+	restart) stop; start ;;
+	status) if running; then echo "$name runs (pid \$pid)"; else echo "$name is not running"; exit 3; fi ;;
+	*) echo "usage: \$0 start|stop|restart|status" >&2; exit 2 ;;
+esac
 EOF
 	chmod 0755 "$unit"
 fi
@@ -223,9 +287,14 @@ else
 	stop="if [ -x /sbin/openrc-run ]; then rc-service $name stop 2>/dev/null || true; rc-update delete $name default 2>/dev/null || true; fi"
 	reload=":"
 fi
+if [ "$init" = none ]; then
+	stop="if [ -x '$unit' ]; then '$unit' stop; fi"
+	reload="rm -f '$pid_file' '$log_file'"
+fi
 cat >"$uninstall" <<EOF
 #!/bin/sh
 # Removes what install.sh installed for $name.
+# exec: $exec_line
 set -u
 [ "\$(id -u)" -eq 0 ] || [ -n "\${INSTALL_MUSTER_ALLOW_NONROOT:-}" ] || { echo "run as root" >&2; exit 1; }
 $stop
@@ -250,7 +319,10 @@ if [ "$init" = systemd ]; then
 	else
 		info "systemd is not running here: enable $name.service when it is"
 	fi
-else
+elif [ "$init" = openrc ]; then
 	rc-update add "$name" default >/dev/null
 	if [ "${INSTALL_MUSTER_SKIP_START:-}" != true ]; then rc-service "$name" restart; info "started $name"; fi
+elif [ "${INSTALL_MUSTER_SKIP_START:-}" != true ]; then
+	"$unit" restart
+	info "started $name without an init system: it does not restart after a reboot unless something runs '$unit start'"
 fi

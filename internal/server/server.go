@@ -192,6 +192,7 @@ func run(ctx context.Context, cfg Config) error {
 	registrationRules := apiserver.NewAgentAuthorizer()
 	drivers := driver.NewRegistry(cfg.DriversDir, map[string]driver.Driver{
 		"process": driver.Process{Dir: filepath.Join(cfg.DataDir, "pools"), AgentBinary: install.AgentBinary(cfg.AgentBinary)},
+		"ssh":     &driver.SSH{KeyDir: filepath.Join(cfg.DataDir, "drivers", "ssh"), Script: install.Script},
 	})
 	api, err := apiserver.New(apiserver.Config{
 		BindAddress:                 bind,
