@@ -231,7 +231,11 @@ spec:
 // restart the pool converges with no duplicate Machine and no leaked
 // process or directory.
 func TestMachinePoolServerKilled(t *testing.T) {
-	s := startServer(t, "")
+	forEachBackend(t, testMachinePoolServerKilled)
+}
+
+func testMachinePoolServerKilled(t *testing.T, endpoint string) {
+	s := startServer(t, endpoint)
 	killPoolAgentsAtEnd(t, s)
 	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
 	pool := func(replicas int, role string) string {
@@ -288,7 +292,11 @@ spec:
 // killed agent's machine is replaced after unhealthyTimeout; with every
 // machine down and maxUnhealthy 1, nothing is replaced and the pool says why.
 func TestMachinePoolRollAndRemediate(t *testing.T) {
-	s := startServer(t, "", "--agent-silence-threshold", "6s")
+	forEachBackend(t, testMachinePoolRollAndRemediate)
+}
+
+func testMachinePoolRollAndRemediate(t *testing.T, endpoint string) {
+	s := startServer(t, endpoint, "--agent-silence-threshold", "6s")
 	killPoolAgentsAtEnd(t, s)
 	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
 	apply := func(role string, maxUnhealthy int) {
