@@ -1,11 +1,9 @@
 package driver
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/pem"
 	"fmt"
 	"net"
 	"os"
@@ -13,159 +11,27 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/muster-io/muster/internal/sshtest"
 )
 
-// testSSHD is a real OpenSSH server on 127.0.0.1 that lets in the keys in
-// its authorized_keys file, for the user running the test.
-type testSSHD struct {
-	port           int
-	hostKey        string // authorized_keys line of its host key
-	authorizedKeys string // file
-	user           string
-	log            *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// startSSHD starts /usr/sbin/sshd -D on a free port with its own host key,
-// config and authorized_keys in a temp dir.
-func startSSHD(t *testing.T) *testSSHD {
-	t.Helper()
-	sshd := "/usr/sbin/sshd"
-	if _, err := os.Stat(sshd); err != nil {
-		t.Fatalf("%s is not installed (apt-get install openssh-server; .ci/run installs it): %v", sshd, err)
-	}
-	dir := t.TempDir()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, err := ssh.MarshalPrivateKey(priv, "test host")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostKeyFile := filepath.Join(dir, "ssh_host_ed25519_key")
-	if err := os.WriteFile(hostKeyFile, pem.EncodeToMemory(block), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	signer, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &testSSHD{hostKey: strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey()))),
-		authorizedKeys: filepath.Join(dir, "authorized_keys"), log: &lockedBuffer{}}
-	if err := os.WriteFile(s.authorizedKeys, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if os.Geteuid() == 0 {
-		// sshd's privilege separation needs its empty dir.
-		if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.port = l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	u, err := userName()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.user = u
-	config := filepath.Join(dir, "sshd_config")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf(`Port %d
-ListenAddress 127.0.0.1
-HostKey %s
-AuthorizedKeysFile %s
-StrictModes no
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-PermitRootLogin prohibit-password
-PidFile none
-LogLevel VERBOSE
-`, s.port, hostKeyFile, s.authorizedKeys)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(sshd, "-D", "-e", "-f", config)
-	cmd.Stdout, cmd.Stderr = s.log, s.log
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting sshd: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("--- sshd log ---\n%s", s.log.String())
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		select {
-		case <-exited:
-			t.Fatalf("sshd exited: %v\n%s", cmd.ProcessState, s.log.String())
-		default:
-		}
-		if c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))); err == nil {
-			c.Close()
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sshd does not listen on %d after 10s\n%s", s.port, s.log.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func userName() (string, error) {
-	out, err := exec.Command("id", "-un").Output()
-	return strings.TrimSpace(string(out)), err
-}
-
-// authorize adds the driver's public key to the sshd's authorized_keys.
-func (s *testSSHD) authorize(t *testing.T, d *SSH) {
+// authorize lets the driver's key into the test host.
+func authorize(t *testing.T, s *sshtest.Host, d *SSH) {
 	t.Helper()
 	pub, err := d.PublicKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.OpenFile(s.authorizedKeys, os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteString(pub + "\n"); err != nil {
-		t.Fatal(err)
-	}
+	s.Authorize(t, pub)
 }
 
-func (s *testSSHD) config(binDir string) map[string]string {
-	return map[string]string{"host": "127.0.0.1", "port": strconv.Itoa(s.port), "user": s.user, "hostKey": s.hostKey,
+func sshConfig(s *sshtest.Host, binDir string) map[string]string {
+	return map[string]string{"host": "127.0.0.1", "port": strconv.Itoa(s.Port), "user": s.User, "hostKey": s.HostKey,
 		"binDir": binDir, "init": "none"}
 }
 
@@ -223,13 +89,13 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 // has another machine's agent is refused, a stopped agent is installed
 // again, and remove uninstalls and succeeds when there is nothing left.
 func TestSSHDriver(t *testing.T) {
-	s := startSSHD(t)
+	s := sshtest.Start(t)
 	root := t.TempDir()
 	binDir, rec := filepath.Join(root, "bin"), filepath.Join(root, "record")
 	d := &SSH{KeyDir: filepath.Join(t.TempDir(), "drivers", "ssh"), Script: []byte(fakeInstall)}
-	s.authorize(t, d)
+	authorize(t, s, d)
 	ctx := context.Background()
-	cfg := s.config(binDir)
+	cfg := sshConfig(s, binDir)
 	const token = "K10aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa::abcdef.0123456789abcdef0123456789abcdef"
 	req := CreateRequest{Name: "edge-abc12", Config: cfg, Bootstrap: Bootstrap{ServerURL: "https://127.0.0.1:9443", Token: token}}
 
@@ -240,7 +106,7 @@ func TestSSHDriver(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	if state["host"] != "127.0.0.1" || state["port"] != strconv.Itoa(s.port) || state["user"] != s.user {
+	if state["host"] != "127.0.0.1" || state["port"] != strconv.Itoa(s.Port) || state["user"] != s.User {
 		t.Errorf("state %v does not name the host, port and user", state)
 	}
 	for k, v := range state {
@@ -258,7 +124,7 @@ func TestSSHDriver(t *testing.T) {
 	if !strings.Contains(ps, "sh -c") {
 		t.Fatalf("the process table the install script saw does not show its own shell:\n%s", ps)
 	}
-	for _, where := range []struct{ name, text string }{{"a command line on the host", ps}, {"sshd's log", s.log.String()}} {
+	for _, where := range []struct{ name, text string }{{"a command line on the host", ps}, {"sshd's log", s.Log()}} {
 		if strings.Contains(where.text, "0123456789abcdef") {
 			t.Errorf("the join token is in %s", where.name)
 		}
@@ -325,7 +191,7 @@ func TestSSHDriver(t *testing.T) {
 		t.Fatalf("removing another machine ran the uninstall script")
 	}
 	// Remove reads where the machine is from its state, not the (changed) config.
-	moved := map[string]string{"host": "192.0.2.1", "hostKey": s.hostKey}
+	moved := map[string]string{"host": "192.0.2.1", "hostKey": s.HostKey}
 	if err := d.Remove(ctx, HostRequest{Name: req.Name, Config: moved, State: state}); err != nil {
 		t.Fatalf("remove: %v", err)
 	}
@@ -343,14 +209,14 @@ func TestSSHDriver(t *testing.T) {
 // TestSSHDriverRefuses: the driver logs in nowhere it cannot verify, and
 // says what the operator must do; nothing is installed.
 func TestSSHDriverRefuses(t *testing.T) {
-	s := startSSHD(t)
+	s := sshtest.Start(t)
 	otherKey, _, _ := ed25519.GenerateKey(rand.Reader)
 	other, err := ssh.NewPublicKey(otherKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	authorized := &SSH{KeyDir: filepath.Join(t.TempDir(), "k"), Script: []byte(fakeInstall)}
-	s.authorize(t, authorized)
+	authorize(t, s, authorized)
 	unknown := &SSH{KeyDir: filepath.Join(t.TempDir(), "k"), Script: []byte(fakeInstall)}
 	unknownPub, err := unknown.PublicKey()
 	if err != nil {
@@ -377,7 +243,7 @@ func TestSSHDriverRefuses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
-			cfg := s.config(filepath.Join(root, "bin"))
+			cfg := sshConfig(s, filepath.Join(root, "bin"))
 			for k, v := range tc.change {
 				cfg[k] = v
 			}
@@ -472,7 +338,7 @@ func TestSSHScriptsHoldNoSecret(t *testing.T) {
 // machine (an older install.sh, an install by hand) is not this driver's:
 // create refuses the host and remove leaves it alone.
 func TestSSHDriverForeignInstall(t *testing.T) {
-	s := startSSHD(t)
+	s := sshtest.Start(t)
 	binDir := filepath.Join(t.TempDir(), "bin")
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -483,8 +349,8 @@ func TestSSHDriverForeignInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := &SSH{KeyDir: filepath.Join(t.TempDir(), "k"), Script: []byte(fakeInstall)}
-	s.authorize(t, d)
-	cfg := s.config(binDir)
+	authorize(t, s, d)
+	cfg := sshConfig(s, binDir)
 	_, err := d.Create(context.Background(), CreateRequest{Name: "edge-y", Config: cfg, Bootstrap: Bootstrap{ServerURL: "https://127.0.0.1:1", Token: "K10x"}})
 	if err == nil || !strings.Contains(err.Error(), "does not record the machine") {
 		t.Fatalf("create on a host with a foreign install: %v, want a refusal saying so", err)

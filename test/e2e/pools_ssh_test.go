@@ -1,123 +1,18 @@
 package e2e
 
 import (
-	"bytes"
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/pem"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/crypto/ssh"
+	"github.com/muster-io/muster/internal/sshtest"
 )
-
-// sshHost is a real OpenSSH server on 127.0.0.1 standing in for a host a
-// pool installs on: it lets in root with the keys in its own
-// authorized_keys file.
-type sshHost struct {
-	port           int
-	hostKey        string // authorized_keys line of its host key
-	authorizedKeys string
-	log            *lockedLog
-}
-
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// startSSHHost runs /usr/sbin/sshd -D on a free port with a host key,
-// config and authorized_keys of its own in a temp dir.
-func startSSHHost(t *testing.T) *sshHost {
-	t.Helper()
-	const sshd = "/usr/sbin/sshd"
-	if _, err := os.Stat(sshd); err != nil {
-		t.Fatalf("%s is not installed (apt-get install openssh-server; .ci/run installs it): %v", sshd, err)
-	}
-	if os.Geteuid() != 0 {
-		t.Fatalf("the ssh driver test logs in as root to a local sshd, which must run as root; run it as root (CI does)")
-	}
-	dir := t.TempDir()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, err := ssh.MarshalPrivateKey(priv, "test host")
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyFile := filepath.Join(dir, "ssh_host_ed25519_key")
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(block), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	signer, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &sshHost{port: freePort(t), hostKey: strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey()))),
-		authorizedKeys: filepath.Join(dir, "authorized_keys"), log: &lockedLog{}}
-	if err := os.WriteFile(h.authorizedKeys, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// sshd's privilege separation needs its empty dir.
-	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	config := filepath.Join(dir, "sshd_config")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf("Port %d\nListenAddress 127.0.0.1\nHostKey %s\nAuthorizedKeysFile %s\n"+
-		"StrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"+
-		"PermitRootLogin prohibit-password\nPidFile none\nLogLevel VERBOSE\n", h.port, keyFile, h.authorizedKeys)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(sshd, "-D", "-e", "-f", config)
-	cmd.Stdout, cmd.Stderr = h.log, h.log
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting sshd: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("--- sshd log ---\n%s", h.log.String())
-		}
-	})
-	waitFor(t, 10*time.Second, "sshd to listen", func() bool {
-		select {
-		case <-exited:
-			t.Fatalf("sshd exited: %v\n%s", cmd.ProcessState, h.log.String())
-		default:
-		}
-		c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(h.port)))
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	return h
-}
 
 // runningPID is the process in pidFile if it runs (not a zombie), else 0.
 func runningPID(pidFile string) int {
@@ -142,7 +37,7 @@ func runningPID(pidFile string) int {
 // Running with the join token only in the 0600 env file; deleting the pool
 // uninstalls the agent: its process stops and its files go.
 func TestMachinePoolSSHDriver(t *testing.T) {
-	h := startSSHHost(t)
+	h := sshtest.Start(t)
 	s := startServer(t, "")
 	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
 
@@ -184,7 +79,7 @@ spec:
       binDir: %s
       serviceDir: %s
       dataDir: %s
-`, h.port, h.hostKey, binDir, svcDir, dataDir)
+`, h.Port, h.HostKey, binDir, svcDir, dataDir)
 	path := filepath.Join(t.TempDir(), "pool.yaml")
 	if err := os.WriteFile(path, []byte(pool), 0o644); err != nil {
 		t.Fatal(err)
@@ -210,7 +105,7 @@ spec:
 
 	// The operator authorizes it; the failed machine is replaced (after
 	// unhealthyTimeout) by one that is installed.
-	if err := os.WriteFile(h.authorizedKeys, []byte(pub+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(h.AuthorizedKeys, []byte(pub+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -248,7 +143,7 @@ spec:
 	if strings.Contains(string(cmdline), token) {
 		t.Errorf("the join token is on the agent's command line")
 	}
-	if strings.Contains(h.log.String(), token) {
+	if strings.Contains(h.Log(), token) {
 		t.Errorf("the join token is in sshd's log")
 	}
 	state := s.mustKubectl("get", "machine", machine, "-o", `jsonpath={.metadata.annotations.muster\.io/driver-state}`)
