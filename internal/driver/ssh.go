@@ -368,6 +368,20 @@ func shellQuote(s string) string {
 // The line is matched by the shell itself: as an argument of grep it would
 // be in a process's command line and match itself.
 func probeScript(t sshTarget, name string) string {
+	return ownAgent(t, name) + `if [ ! -d /proc/self ]; then echo ours running; exit 0; fi
+for f in /proc/[0-9]*/cmdline; do
+	c=$(tr '\000' ' ' <"$f" 2>/dev/null) || continue
+	case "$c" in *"$line"*) echo ours running; exit 0 ;; esac
+done
+echo ours stopped
+`
+}
+
+// ownAgent is the start of a script that goes on only when the agent
+// installed on the host is this machine's: it prints "absent" or
+// "other ..." and exits otherwise, and leaves the uninstall script in $u
+// and the agent's command line in $line.
+func ownAgent(t sshTarget, name string) string {
 	return fmt.Sprintf(`u=%s/muster-agent-uninstall.sh
 if [ ! -f "$u" ]; then echo absent; exit 0; fi
 line=$(sed -n 's/^# exec: //p' "$u" | head -n 1)
@@ -376,12 +390,6 @@ case " $line " in
 	"  ") echo "other (installed by an install.sh that does not record the machine)"; exit 0 ;;
 	*) echo "other $line"; exit 0 ;;
 esac
-if [ ! -d /proc/self ]; then echo ours running; exit 0; fi
-for f in /proc/[0-9]*/cmdline; do
-	c=$(tr '\000' ' ' <"$f" 2>/dev/null) || continue
-	case "$c" in *"$line"*) echo ours running; exit 0 ;; esac
-done
-echo ours stopped
 `, shellQuote(t.binDir), name)
 }
 
@@ -421,16 +429,8 @@ func uninstallScript(t sshTarget, name string) string {
 		// installed into dirs it owns, and fails on its own if it cannot.
 		allow = "INSTALL_MUSTER_ALLOW_NONROOT=1 "
 	}
-	return fmt.Sprintf(`u=%s/muster-agent-uninstall.sh
-if [ ! -f "$u" ]; then echo absent; exit 0; fi
-line=$(sed -n 's/^# exec: //p' "$u" | head -n 1)
-case " $line " in
-	*" --node-name %s "*) ;;
-	"  ") echo "other (installed by an install.sh that does not record the machine)"; exit 0 ;;
-	*) echo "other $line"; exit 0 ;;
-esac
-%ssh "$u"
-`, shellQuote(t.binDir), name, allow)
+	return ownAgent(t, name) + allow + `sh "$u"
+`
 }
 
 func checkMachineName(name string) error {
