@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -168,6 +169,11 @@ func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration, csr *
 	// cache had not seen re-checks it. A later grant reads the datastore.
 	fresh := plaintext == ""
 	tok, err := g.checkToken(ctx, reg)
+	retried := false
+	if refusal := (*Refusal)(nil); errors.As(err, &refusal) && refusal.Reason == "TokenUsedUp" && g.lostGrant(ctx, reg, tok, plaintext) {
+		klog.InfoS("Granting again a registration whose answer was lost", "node", reg.Spec.NodeName, "token", tok.Name)
+		err, retried = nil, true
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +198,7 @@ func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration, csr *
 		return &grant{cluster: cluster, machine: reg.Spec.NodeName}, nil
 	}
 
-	if tok != nil && tok.Spec.MaxUses > 0 {
+	if tok != nil && tok.Spec.MaxUses > 0 && !retried {
 		ok, err := g.objects.UseToken(ctx, tok.Name, tok.Spec.MaxUses)
 		if err != nil {
 			return nil, err
@@ -261,9 +267,6 @@ func (g *Granter) checkToken(ctx context.Context, reg *api.ClusterRegistration) 
 	if why := jointoken.Inactive(tok, time.Now()); why != "" {
 		return nil, refuse(http.StatusForbidden, "TokenInactive", "%s: create a new one with 'muster-server token create'", why)
 	}
-	if tok.Spec.MaxUses > 0 && tok.Status.Registrations >= tok.Spec.MaxUses {
-		return nil, usedUp(tok)
-	}
 	if tok.Spec.Cluster != "" {
 		cl, err := g.objects.Cluster(ctx, tok.Spec.Cluster, false)
 		if apierrors.IsNotFound(err) {
@@ -281,7 +284,44 @@ func (g *Granter) checkToken(ctx context.Context, reg *api.ClusterRegistration) 
 				"join token %s is bound to cluster %s, which is being deleted: use a token of another cluster", tok.Name, tok.Spec.Cluster)
 		}
 	}
+	if tok.Spec.MaxUses > 0 && tok.Status.Registrations >= tok.Spec.MaxUses {
+		// The token comes back with the refusal: a spent token may still
+		// admit the retry of its own lost grant (lostGrant).
+		return tok, usedUp(tok)
+	}
 	return tok, nil
+}
+
+// lostGrant reports whether reg, refused because its token is spent,
+// retries the grant that spent it: the server died after granting this
+// node but before answering, and the agent asked again with a new key.
+// Only that node can: its Machine is still Registering (no agent ever
+// checked in with the first certificate) for the same clientID and the
+// same token, and reg proves the node password bound to it — the node's
+// own secret. Everything is read from the datastore.
+func (g *Granter) lostGrant(ctx context.Context, reg *api.ClusterRegistration, tok *api.ClusterRegistrationToken, plaintext string) bool {
+	if tok == nil || reg.Spec.MachineUID != "" || plaintext == "" {
+		return false
+	}
+	m, err := g.objects.Machine(ctx, reg.Spec.NodeName, true)
+	if err != nil || m.DeletionTimestamp != nil || m.Status.Phase != api.MachinePhaseRegistering {
+		return false
+	}
+	if m.Spec.ClientID != "" && m.Spec.ClientID != reg.Spec.ClientID {
+		return false
+	}
+	if m.Spec.JoinToken != "" && m.Spec.JoinToken != tok.Name {
+		return false
+	}
+	if tok.Spec.Cluster != "" && tok.Spec.Cluster != m.Spec.Cluster {
+		return false
+	}
+	np, err := g.objects.Password(ctx, reg.Spec.NodeName, true)
+	if err != nil || np.Status.Machine != m.Name {
+		return false
+	}
+	ok, err := nodepassword.Verify(np.Spec.Hash, plaintext)
+	return err == nil && ok
 }
 
 func usedUp(tok *api.ClusterRegistrationToken) *Refusal {

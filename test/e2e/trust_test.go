@@ -480,3 +480,66 @@ func TestTrustFindings(t *testing.T) {
 		wantRefusal(t, err, apierrors.IsForbidden, "all of its 1 registrations", "muster-server token create")
 	})
 }
+
+// TestJoinRetryAfterLostGrant: a server that dies after granting a
+// registration but before answering leaves the agent without its
+// certificate and its single-use token spent. The agent's retry (a new
+// key, the same node password) is granted without spending a second use;
+// nobody else gets that exemption: not another node password, not a
+// retry once an agent has checked in, not another node name.
+func TestJoinRetryAfterLostGrant(t *testing.T) {
+	s := startServer(t, "")
+	ctx := context.Background()
+	token := newToken(t, s, "--max-uses", "1")
+	once := tokenClient(s, token)
+	j := newJoiner("lost-1")
+	first, err := j.register(ctx, once, metav1.CreateOptions{}, nil)
+	if err != nil || first.Status.Phase != api.RegistrationPhaseGranted {
+		t.Fatalf("first registration: %v %v", err, first)
+	}
+	// Its answer was lost: the Machine is Registering, no agent checked in.
+	waitPhase(t, s, "lost-1", "Registering", 10*time.Second)
+
+	// Someone else with the spent token: refused, whatever node name.
+	other := newJoiner("lost-2")
+	_, err = other.register(ctx, once, metav1.CreateOptions{}, nil)
+	wantRefusal(t, err, apierrors.IsForbidden, "used for all")
+	thief := &joiner{node: "lost-1", clientID: j.clientID, password: randomHex(16)}
+	_, err = thief.register(ctx, once, metav1.CreateOptions{}, nil)
+	if err == nil {
+		t.Fatalf("a retry with another node password was granted")
+	}
+	before := s.joinState(t)
+
+	// The node itself, again with a new key: granted, on the same Machine.
+	retry, err := j.register(ctx, once, metav1.CreateOptions{}, nil)
+	if err != nil || retry.Status.Phase != api.RegistrationPhaseGranted || retry.Status.Machine != "lost-1" {
+		t.Fatalf("the retry of a lost grant: %v %+v", err, retry)
+	}
+	if _, err := j.machineClient(s, retry).MusterV1alpha1().MachinePlans().Get(ctx, "lost-1", metav1.GetOptions{}); err != nil {
+		t.Errorf("the retried grant's certificate does not work: %v", err)
+	}
+	if out := s.mustKubectl("get", "machines", "-o", "name"); strings.Count(out, "machine.muster.io/") != 1 {
+		t.Errorf("the retry made another Machine:\n%s\nbefore:\n%s", out, before)
+	}
+	if uses := s.mustKubectl("get", "clusterregistrationtoken", tokenID(token), "-o", "jsonpath={.status.registrations}"); uses != "1" {
+		t.Errorf("the token counts %s uses after the retry, want 1", uses)
+	}
+
+	// Once an agent has checked in, the token is spent for good.
+	c := j.machineClient(s, retry)
+	m, err := c.MusterV1alpha1().Machines().Get(ctx, "lost-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Status.AgentVersion = "test"
+	if _, err := c.MusterV1alpha1().Machines().UpdateStatus(ctx, m, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("checking in: %v", err)
+	}
+	waitFor(t, 30*time.Second, "the machine to leave Registering", func() bool {
+		phase, _ := s.kubectl("get", "machine", "lost-1", "-o", "jsonpath={.status.phase}")
+		return phase != "Registering" && phase != ""
+	})
+	_, err = j.register(ctx, once, metav1.CreateOptions{}, nil)
+	wantRefusal(t, err, apierrors.IsForbidden, "used for all")
+}
