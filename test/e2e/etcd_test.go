@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/muster-io/muster/internal/etcdtest"
+)
+
+// etcdTLSArgs are the flags that reach e with its client certificate.
+func etcdTLSArgs(e *etcdtest.Etcd) []string {
+	return []string{"--datastore-cafile", e.CAFile, "--datastore-certfile", e.CertFile, "--datastore-keyfile", e.KeyFile}
+}
+
+// TestEtcdTLS: muster-server on a real etcd 3.4 that requires client
+// certificates. It says at startup what is off on etcd; kubectl creates,
+// gets and watches; a real agent joins and reaches Running; a second
+// server on the same etcd serves the same objects and its watch sees them;
+// history says it needs SQL; snapshot works through the etcd API.
+func TestEtcdTLS(t *testing.T) {
+	e := etcdtest.Start(t)
+	s1 := startServer(t, e.Endpoint, etcdTLSArgs(e)...)
+	for _, want := range []string{"The datastore is an external etcd", "transition history", "etcdVersion=\"3.4"} {
+		if !strings.Contains(s1.log.String(), want) {
+			t.Errorf("the startup log does not say %q:\n%s", want, s1.log.String())
+		}
+	}
+	s2 := newServer(t, "127.0.0.2", e.Endpoint, append(etcdTLSArgs(e), "--token", serverToken(t, s1))...)
+	s2.start()
+
+	// A watch through server 2 of what is written through server 1.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	watch := exec.CommandContext(ctx, "kubectl", "--server", s2.url(), "get", "machines", "-w", "--output-watch-events",
+		"-o", "jsonpath={.type} {.object.metadata.name} {.object.status.phase}{\"\\n\"}")
+	watch.Env = append(os.Environ(), "KUBECONFIG="+s1.kubeconfig())
+	watched := &syncBuffer{}
+	watch.Stdout, watch.Stderr = watched, watched
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); _ = watch.Wait() }()
+
+	s1.mustKubectl("apply", "--server-side", "-f", testdata("manifests", "machine.yaml"))
+	if out := s1.mustKubectl("--server", s2.url(), "get", "machine", "node-a", "-o", "jsonpath={.status.phase}"); out != "Pending" {
+		t.Errorf("node-a through server 2: %q, want Pending", out)
+	}
+
+	a := startAgent(t, s1, t.TempDir(), "--token", newToken(t, s1), "--node-name", "etcd-1")
+	a.waitOutput("running as machine etcd-1", 60*time.Second)
+	waitPhase(t, s1, "etcd-1", "Running", 60*time.Second)
+	waitPhase(t, s2, "etcd-1", "Running", 30*time.Second)
+	waitFor(t, 30*time.Second, "server 2's watch to see node-a added and etcd-1 Running", func() bool {
+		w := watched.String()
+		return strings.Contains(w, "ADDED node-a") && strings.Contains(w, "etcd-1 Running")
+	})
+
+	// The objects are in etcd itself, under the apiserver's prefix.
+	c := e.Client(t)
+	resp, err := c.Get(ctx, "/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, kv := range resp.Kvs {
+		keys = append(keys, string(kv.Key))
+	}
+	if !slices.ContainsFunc(keys, func(k string) bool { return strings.HasSuffix(k, "/machines/etcd-1") }) {
+		t.Fatalf("machine etcd-1 is not stored in etcd; its keys: %q", keys)
+	}
+
+	// history needs SQL, and says so rather than failing obscurely.
+	out, err := historyCLI(s1, "machine/etcd-1")
+	if err == nil || !strings.Contains(out, "needs a SQL datastore") || !strings.Contains(out, "status.transitions") {
+		t.Errorf("history on etcd: %v\n%s", err, out)
+	}
+
+	// A snapshot reads etcd through its API, with the same TLS flags.
+	file := filepath.Join(t.TempDir(), "etcd.snapshot")
+	out, err = datastoreCLI(s1, []string{"MUSTER_DATASTORE_ENDPOINT=" + e.Endpoint}, append([]string{"datastore", "snapshot", file}, etcdTLSArgs(e)...)...)
+	if err != nil || !strings.Contains(out, "from etcd") {
+		t.Fatalf("snapshot of etcd: %v\n%s", err, out)
+	}
+	t.Log(strings.TrimSpace(out))
+}
+
+// TestEtcdRefusals: a client certificate etcd refuses, and a key file other
+// users can read, each stop the server at once with a message naming the
+// flag to fix.
+func TestEtcdRefusals(t *testing.T) {
+	e := etcdtest.Start(t)
+	foreignCert, foreignKey := e.ForeignClientCert(t)
+	openKey := filepath.Join(t.TempDir(), "client.key")
+	key, err := os.ReadFile(e.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(openKey, key, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"refused client certificate", []string{"--datastore-cafile", e.CAFile, "--datastore-certfile", foreignCert, "--datastore-keyfile", foreignKey},
+			[]string{"refused this server's client certificate", "--datastore-certfile"}},
+		{"key readable by others", []string{"--datastore-cafile", e.CAFile, "--datastore-certfile", e.CertFile, "--datastore-keyfile", openKey},
+			[]string{"--datastore-keyfile", "mode 0644", "chmod 600"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newServer(t, "127.0.0.1", e.Endpoint, tc.args...)
+			s.launch()
+			select {
+			case <-s.exited:
+			case <-time.After(60 * time.Second):
+				t.Fatalf("muster-server still running with %s:\n%s", tc.name, s.log.String())
+			}
+			if s.cmd.ProcessState.ExitCode() == 0 {
+				t.Errorf("muster-server exited 0")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(s.log.String(), w) {
+					t.Errorf("muster-server's output does not say %q:\n%s", w, s.log.String())
+				}
+			}
+			if strings.Contains(s.log.String(), "PRIVATE KEY") {
+				t.Errorf("the output holds key material:\n%s", s.log.String())
+			}
+		})
+	}
+}
