@@ -169,6 +169,9 @@ func run(ctx context.Context, cfg Config) error {
 		// Said once, at startup, so an operator who chose etcd learns what
 		// it costs before looking for a history that is not kept.
 		klog.InfoS("The datastore is an external etcd: "+store.EtcdUnsupported, "etcdVersion", ds.EtcdVersion())
+		if note := store.EtcdVersionNote(ds.EtcdVersion()); note != "" {
+			klog.Warning(note)
+		}
 	}
 	state, err := prepareCertificates(ctx, cfg, ds)
 	if err != nil {

@@ -196,3 +196,20 @@ func IsEtcd(endpoint string) bool {
 	kind, err := backendOf(endpoint)
 	return err == nil && kind == "etcd"
 }
+
+// EtcdVersionNote is what this etcd's version costs, for the startup log;
+// "" when nothing. The apiserver serves consistent lists from its watch
+// cache only when etcd answers watch progress requests correctly, which
+// etcd has from 3.4.31 and 3.5.13; on an older etcd every such list is read
+// from etcd itself.
+func EtcdVersionNote(version string) string {
+	var major, minor, patch int
+	if _, err := fmt.Sscanf(version, "%d.%d.%d", &major, &minor, &patch); err != nil {
+		return ""
+	}
+	old := major < 3 || (major == 3 && (minor < 4 || (minor == 4 && patch < 31) || (minor == 5 && patch < 13)))
+	if !old {
+		return ""
+	}
+	return fmt.Sprintf("etcd %s lacks reliable watch progress requests (etcd 3.4.31+ or 3.5.13+ have them): consistent lists are read from etcd instead of the apiserver's watch cache, which costs etcd more reads; upgrade etcd to spare it", version)
+}

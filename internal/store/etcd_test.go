@@ -90,3 +90,11 @@ func TestEtcdTLS(t *testing.T) {
 		}
 	})
 }
+
+func TestEtcdVersionNote(t *testing.T) {
+	for v, wantNote := range map[string]bool{"3.4.23": true, "3.4.31": false, "3.5.12": true, "3.5.13": false, "3.6.0": false, "garbage": false} {
+		if got := EtcdVersionNote(v) != ""; got != wantNote {
+			t.Errorf("EtcdVersionNote(%q) says something: %v, want %v", v, got, wantNote)
+		}
+	}
+}

@@ -28,7 +28,7 @@ func etcdTLSArgs(e *etcdtest.Etcd) []string {
 func TestEtcdTLS(t *testing.T) {
 	e := etcdtest.Start(t)
 	s1 := startServer(t, e.Endpoint, etcdTLSArgs(e)...)
-	for _, want := range []string{"The datastore is an external etcd", "transition history", "etcdVersion=\"3.4"} {
+	for _, want := range []string{"The datastore is an external etcd", "transition history", "etcdVersion=\"3.4", "lacks reliable watch progress requests"} {
 		if !strings.Contains(s1.log.String(), want) {
 			t.Errorf("the startup log does not say %q:\n%s", want, s1.log.String())
 		}
@@ -137,5 +137,46 @@ func TestEtcdRefusals(t *testing.T) {
 				t.Errorf("the output holds key material:\n%s", s.log.String())
 			}
 		})
+	}
+}
+
+// TestEtcdSnapshotRestore: a snapshot of a server's etcd, taken while it
+// runs, restored into another, empty etcd: a server there (same token,
+// same address) serves the same machine, its agent carries on with its
+// certificate and applies a new plan, and a second restore is refused.
+func TestEtcdSnapshotRestore(t *testing.T) {
+	a := etcdtest.Start(t)
+	s := startServer(t, a.Endpoint, etcdTLSArgs(a)...)
+	agent := startAgent(t, s, t.TempDir(), "--token", newToken(t, s), "--node-name", "etcd-move")
+	agent.waitOutput("running as machine etcd-move", 60*time.Second)
+	waitPhase(t, s, "etcd-move", "Running", 60*time.Second)
+	before := readObjects(t, adminClient(t, s))
+	tokenFile := writeSecretFile(t, serverToken(t, s))
+
+	file := filepath.Join(t.TempDir(), "etcd.snapshot")
+	out, err := datastoreCLI(s, []string{"MUSTER_DATASTORE_ENDPOINT=" + a.Endpoint}, append([]string{"datastore", "snapshot", file}, etcdTLSArgs(a)...)...)
+	if err != nil {
+		t.Fatalf("snapshot of etcd: %v\n%s", err, out)
+	}
+	t.Log(strings.TrimSpace(out))
+	s.stop()
+
+	b := etcdtest.Start(t)
+	r := newServer(t, s.host, b.Endpoint, append(etcdTLSArgs(b), "--token-file", tokenFile)...)
+	r.port = s.port // where the agent looks for it
+	env := []string{"MUSTER_DATASTORE_ENDPOINT=" + b.Endpoint}
+	out, err = datastoreCLI(r, env, append([]string{"datastore", "restore", file}, etcdTLSArgs(b)...)...)
+	if err != nil || !strings.Contains(out, "into etcd") {
+		t.Fatalf("restore into etcd: %v\n%s", err, out)
+	}
+	t.Log(strings.TrimSpace(out))
+	if out, err := datastoreCLI(r, env, append([]string{"datastore", "restore", file}, etcdTLSArgs(b)...)...); err == nil || !strings.Contains(out, "not empty") {
+		t.Errorf("a second restore into the same etcd: %v\n%s", err, out)
+	}
+	r.start()
+	agentsWork(t, r, []string{"etcd-move"})
+	sameObjects(t, before, readObjects(t, adminClient(t, r)))
+	if n := strings.Count(agent.log.String(), "registering node"); n != 1 {
+		t.Errorf("the agent registered %d times, want once:\n%s", n, agent.log.String())
 	}
 }
