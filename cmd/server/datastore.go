@@ -85,7 +85,8 @@ certificates and do not register again.`,
 		Short: "Copy a stopped server's datastore into another, empty one: SQLite to PostgreSQL, or back",
 		Long: `migrate copies every Muster key from the datastore of a stopped server (SQLite
 in --data-dir, or --datastore-endpoint-file) into an empty one: PostgreSQL
-named by --to-file or $MUSTER_DATASTORE_TARGET, or "sqlite" for SQLite in
+named by --to-file or $MUSTER_DATASTORE_TARGET (or an external etcd, https://,
+reached with --datastore-cafile/certfile/keyfile), or "sqlite" for SQLite in
 --data-dir. Then start the server with the same --data-dir on the new
 datastore; agents keep their certificates and do not register again.`,
 		Args: cobra.NoArgs,
@@ -136,7 +137,7 @@ datastore; agents keep their certificates and do not register again.`,
 		},
 	}
 	migrate.Flags().StringVar(&to, "to", "", `target datastore: "sqlite" (SQLite in --data-dir); for PostgreSQL use --to-file, its DSN holds a password`)
-	migrate.Flags().StringVar(&toFile, "to-file", "", "file holding the target datastore endpoint (postgres://...), default $MUSTER_DATASTORE_TARGET")
+	migrate.Flags().StringVar(&toFile, "to-file", "", "file holding the target datastore endpoint (postgres://... or https:// for etcd), default $MUSTER_DATASTORE_TARGET")
 	cmd.AddCommand(snap, restore, migrate)
 	return cmd
 }

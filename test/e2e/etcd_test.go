@@ -27,7 +27,7 @@ func etcdTLSArgs(e *etcdtest.Etcd) []string {
 // history says it needs SQL; snapshot works through the etcd API.
 func TestEtcdTLS(t *testing.T) {
 	e := etcdtest.Start(t)
-	s1 := startServer(t, e.Endpoint, etcdTLSArgs(e)...)
+	s1 := startServer(t, e.Endpoint, append(etcdTLSArgs(e), "--snapshot-interval", "1s")...)
 	for _, want := range []string{"The datastore is an external etcd", "transition history", "etcdVersion=\"3.4", "lacks reliable watch progress requests"} {
 		if !strings.Contains(s1.log.String(), want) {
 			t.Errorf("the startup log does not say %q:\n%s", want, s1.log.String())
@@ -90,6 +90,12 @@ func TestEtcdTLS(t *testing.T) {
 		t.Fatalf("snapshot of etcd: %v\n%s", err, out)
 	}
 	t.Log(strings.TrimSpace(out))
+
+	// Scheduled snapshots reach etcd with the server's TLS files too.
+	waitFor(t, 30*time.Second, "a scheduled snapshot of etcd", func() bool {
+		m, _ := filepath.Glob(filepath.Join(s1.dataDir, "snapshots", "muster-*.snapshot"))
+		return len(m) > 0
+	})
 }
 
 // TestEtcdRefusals: a client certificate etcd refuses, and a key file other
@@ -179,4 +185,25 @@ func TestEtcdSnapshotRestore(t *testing.T) {
 	if n := strings.Count(agent.log.String(), "registering node"); n != 1 {
 		t.Errorf("the agent registered %d times, want once:\n%s", n, agent.log.String())
 	}
+}
+
+// TestEtcdMigrateFromSQLite: a stopped server's SQLite datastore moved into
+// an empty etcd with datastore migrate (the target in --to-file, the TLS
+// files as flags); the server on etcd serves the same objects and the
+// agent carries on with its certificate.
+func TestEtcdMigrateFromSQLite(t *testing.T) {
+	s, names := fleet(t, 20, 1)
+	before := readObjects(t, adminClient(t, s))
+	s.stop()
+
+	e := etcdtest.Start(t)
+	out, err := datastoreCLI(s, nil, append([]string{"datastore", "migrate", "--to-file", writeSecretFile(t, e.Endpoint)}, etcdTLSArgs(e)...)...)
+	if err != nil || !strings.Contains(out, "into etcd") {
+		t.Fatalf("migrate into etcd: %v\n%s", err, out)
+	}
+	t.Log(strings.TrimSpace(out))
+	s.endpoint, s.extra = e.Endpoint, etcdTLSArgs(e)
+	s.start()
+	agentsWork(t, s, names)
+	sameObjects(t, before, readObjects(t, adminClient(t, s)))
 }
