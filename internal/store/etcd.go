@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"k8s.io/klog/v2"
 )
 
 // TLSFiles are the files an external etcd is reached with: the CA that
@@ -50,6 +52,7 @@ func openEtcd(ctx context.Context, cfg Config) (*Datastore, error) {
 	rctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	var last error
+	nextSay := time.Now().Add(waitingSayEvery)
 	for {
 		// Status is the cheapest call that needs an accepted client
 		// certificate, and it carries the version for the startup log.
@@ -70,6 +73,11 @@ func openEtcd(ctx context.Context, cfg Config) (*Datastore, error) {
 		}
 		if rctx.Err() != nil {
 			return nil, etcdDialError(cfg, last)
+		}
+		if time.Now().After(nextSay) {
+			// A server that says nothing while it dials looks hung.
+			klog.Warningf("still waiting for the datastore at %s (etcd): %s", redact(cfg.Endpoint, cfg.Endpoint), redact(err.Error(), cfg.Endpoint))
+			nextSay = time.Now().Add(waitingSayEvery)
 		}
 		select {
 		case <-rctx.Done():

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -206,4 +207,25 @@ func TestEtcdMigrateFromSQLite(t *testing.T) {
 	s.start()
 	agentsWork(t, s, names)
 	sameObjects(t, before, readObjects(t, adminClient(t, s)))
+}
+
+// TestEtcdServerSaysItWaits: a server whose etcd is not there says what it
+// waits for every few seconds, then gives up naming the endpoint and the
+// flags to check, instead of hanging silently.
+func TestEtcdServerSaysItWaits(t *testing.T) {
+	e := etcdtest.Start(t) // for its TLS files; the endpoint below is not it
+	endpoint := fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
+	s := newServer(t, "127.0.0.1", endpoint, etcdTLSArgs(e)...)
+	s.launch()
+	waitFor(t, 15*time.Second, "the server to say it still waits for etcd", func() bool {
+		return strings.Contains(s.log.String(), "still waiting for the datastore at "+endpoint+" (etcd)")
+	})
+	select {
+	case <-s.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("muster-server still running without its etcd:\n%s", s.log.String())
+	}
+	if log := s.log.String(); !strings.Contains(log, "cannot reach etcd at "+endpoint) || !strings.Contains(log, "--datastore-endpoint") {
+		t.Errorf("the server's last words do not name the endpoint and the flag:\n%s", log)
+	}
 }
