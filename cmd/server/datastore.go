@@ -5,9 +5,11 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/muster-io/muster/internal/server"
 	"github.com/muster-io/muster/internal/snapshot"
+	"github.com/muster-io/muster/internal/store"
 )
 
 func lockDataDir(dir string) (io.Closer, error) { return server.LockDataDir(dir) }
@@ -21,8 +23,10 @@ func datastoreEndpoint(file string) (string, error) {
 
 func newDatastoreCommand(cfg *server.Config) *cobra.Command {
 	var endpointFile string
+	var tlsFiles store.TLSFiles
 	cmd := groupCommand("datastore", "Snapshot, restore and migrate the datastore")
 	cmd.PersistentFlags().StringVar(&endpointFile, "datastore-endpoint-file", "", "file holding the datastore endpoint (default $MUSTER_DATASTORE_ENDPOINT; neither: SQLite in --data-dir)")
+	datastoreTLSFlags(cmd.PersistentFlags(), &tlsFiles)
 
 	snap := &cobra.Command{
 		Use:   "snapshot FILE",
@@ -33,7 +37,7 @@ func newDatastoreCommand(cfg *server.Config) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ds, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, true, lockDataDir)
+			ds, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, tlsFiles, true, lockDataDir)
 			if err != nil {
 				return err
 			}
@@ -62,7 +66,7 @@ certificates and do not register again.`,
 			if _, _, err := snapshot.Read(args[0]); err != nil {
 				return err
 			}
-			ds, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, false, lockDataDir)
+			ds, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, tlsFiles, false, lockDataDir)
 			if err != nil {
 				return err
 			}
@@ -81,7 +85,8 @@ certificates and do not register again.`,
 		Short: "Copy a stopped server's datastore into another, empty one: SQLite to PostgreSQL, or back",
 		Long: `migrate copies every Muster key from the datastore of a stopped server (SQLite
 in --data-dir, or --datastore-endpoint-file) into an empty one: PostgreSQL
-named by --to-file or $MUSTER_DATASTORE_TARGET, or "sqlite" for SQLite in
+named by --to-file or $MUSTER_DATASTORE_TARGET (or an external etcd, https://,
+reached with --datastore-cafile/certfile/keyfile), or "sqlite" for SQLite in
 --data-dir. Then start the server with the same --data-dir on the new
 datastore; agents keep their certificates and do not register again.`,
 		Args: cobra.NoArgs,
@@ -109,7 +114,7 @@ datastore; agents keep their certificates and do not register again.`,
 			// The source is locked (SQLite) against a server starting
 			// during the copy; the target is opened after it, in this
 			// process, so the data dir's lock is taken once.
-			src, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, false, lockDataDir)
+			src, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, tlsFiles, false, lockDataDir)
 			if err != nil {
 				return err
 			}
@@ -118,7 +123,7 @@ datastore; agents keep their certificates and do not register again.`,
 			if endpoint == "" {
 				lock = func(string) (io.Closer, error) { return io.NopCloser(nil), nil }
 			}
-			dst, err := snapshot.Open(cmd.Context(), cfg.DataDir, target, false, lock)
+			dst, err := snapshot.Open(cmd.Context(), cfg.DataDir, target, tlsFiles, false, lock)
 			if err != nil {
 				return err
 			}
@@ -132,7 +137,15 @@ datastore; agents keep their certificates and do not register again.`,
 		},
 	}
 	migrate.Flags().StringVar(&to, "to", "", `target datastore: "sqlite" (SQLite in --data-dir); for PostgreSQL use --to-file, its DSN holds a password`)
-	migrate.Flags().StringVar(&toFile, "to-file", "", "file holding the target datastore endpoint (postgres://...), default $MUSTER_DATASTORE_TARGET")
+	migrate.Flags().StringVar(&toFile, "to-file", "", "file holding the target datastore endpoint (postgres://... or https:// for etcd), default $MUSTER_DATASTORE_TARGET")
 	cmd.AddCommand(snap, restore, migrate)
 	return cmd
+}
+
+// datastoreTLSFlags are the files an external etcd is reached with; paths,
+// so the key stays in a file of mode 0600 and off the command line.
+func datastoreTLSFlags(fl *pflag.FlagSet, f *store.TLSFiles) {
+	fl.StringVar(&f.CAFile, "datastore-cafile", "", "external etcd: CA certificate that signed etcd's serving certificate")
+	fl.StringVar(&f.CertFile, "datastore-certfile", "", "external etcd: client certificate etcd's --client-cert-auth accepts")
+	fl.StringVar(&f.KeyFile, "datastore-keyfile", "", "external etcd: private key of --datastore-certfile; the file must have mode 0600")
 }

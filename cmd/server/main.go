@@ -69,6 +69,7 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.StringSliceVar(&cfg.TLSSANs, "tls-san", nil, "extra DNS name or IP for the serving certificate (repeatable)")
 	fl.StringVar(&cfg.DatastoreEndpoint, "datastore-endpoint", "", "datastore: empty for SQLite in the data dir, postgres://user:pass@host:port/db, or http(s)://etcd:2379 (default $MUSTER_DATASTORE_ENDPOINT); a password here is visible to local users, prefer --datastore-endpoint-file")
 	fl.StringVar(&endpointFile, "datastore-endpoint-file", "", "file holding the --datastore-endpoint, so that its password is not on the command line")
+	datastoreTLSFlags(fl, &cfg.DatastoreTLS)
 
 	fl.StringVar(&cfg.Token, "token", "", "server token shared by every server on one datastore (default: --token-file, else $MUSTER_TOKEN, else the data dir's, else generated); it seals the CA in the datastore")
 	fl.StringVar(&tokenFile, "token-file", "", "file holding the server token, so that it is not on the command line")

@@ -11,10 +11,12 @@ import (
 	"github.com/muster-io/muster/internal/bootstrap"
 	"github.com/muster-io/muster/internal/server"
 	"github.com/muster-io/muster/internal/snapshot"
+	"github.com/muster-io/muster/internal/store"
 )
 
 func newTokenRotateCommand(cfg *server.Config) *cobra.Command {
 	var newToken, newTokenFile, oldTokenFile, endpointFile string
+	var tlsFiles store.TLSFiles
 	cmd := &cobra.Command{
 		Use:   "rotate --new-token-file FILE",
 		Short: "Re-seal the shared bootstrap data (the cluster CA) with a new server token",
@@ -49,7 +51,7 @@ that data dir's token), and restart the servers one at a time.`,
 			if err != nil {
 				return err
 			}
-			ds, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, true, lockDataDir)
+			ds, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, tlsFiles, true, lockDataDir)
 			if err != nil {
 				return err
 			}
@@ -104,5 +106,6 @@ that data dir's token), and restart the servers one at a time.`,
 	f.StringVar(&newTokenFile, "new-token-file", "", "file holding the new server token (default $MUSTER_NEW_TOKEN)")
 	f.StringVar(&oldTokenFile, "token-file", "", "file holding the current server token (default $MUSTER_TOKEN, else --data-dir's)")
 	f.StringVar(&endpointFile, "datastore-endpoint-file", "", "file holding the datastore endpoint (default $MUSTER_DATASTORE_ENDPOINT; neither: SQLite in --data-dir)")
+	datastoreTLSFlags(f, &tlsFiles)
 	return cmd
 }

@@ -42,6 +42,9 @@ type Config struct {
 	// DatastoreEndpoint selects the datastore: empty for SQLite in DataDir,
 	// postgres:// for PostgreSQL, http(s):// for an external etcd.
 	DatastoreEndpoint string
+	// DatastoreTLS is the CA, client certificate and key an external etcd
+	// is reached with (--datastore-cafile/certfile/keyfile).
+	DatastoreTLS store.TLSFiles
 	// AgentCertificateValidity is the lifetime of the certificates granted to agents.
 	AgentCertificateValidity time.Duration
 	// JoinRate and JoinBurst limit the registrations one join token may make.
@@ -153,7 +156,7 @@ func run(ctx context.Context, cfg Config) error {
 	if err := checkPort(bind, cfg.HTTPSPort); err != nil {
 		return err
 	}
-	ds, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, Endpoint: cfg.DatastoreEndpoint, PollInterval: cfg.DatastorePollInterval})
+	ds, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, Endpoint: cfg.DatastoreEndpoint, PollInterval: cfg.DatastorePollInterval, TLS: cfg.DatastoreTLS})
 	if err != nil {
 		return err
 	}
@@ -162,6 +165,14 @@ func run(ctx context.Context, cfg Config) error {
 			klog.ErrorS(err, "Closing the datastore")
 		}
 	}()
+	if ds.Backend() == "etcd" {
+		// Said once, at startup, so an operator who chose etcd learns what
+		// it costs before looking for a history that is not kept.
+		klog.InfoS("The datastore is an external etcd: "+store.EtcdUnsupported, "etcdVersion", ds.EtcdVersion())
+		if note := store.EtcdVersionNote(ds.EtcdVersion()); note != "" {
+			klog.Warning(note)
+		}
+	}
 	state, err := prepareCertificates(ctx, cfg, ds)
 	if err != nil {
 		return err
@@ -202,7 +213,7 @@ func run(ctx context.Context, cfg Config) error {
 		ClientCAFile:                state.Files.CACert,
 		CABundle:                    state.CA.CertPEM,
 		Storage:                     ds.Transport(),
-		CompactionInterval:          store.APIServerCompactionInterval,
+		CompactionInterval:          ds.CompactionInterval(),
 		Tokens:                      tokens,
 		Agents:                      registrationRules,
 		ObserveCaller:               liveness.Observe,
@@ -254,7 +265,7 @@ func startHistory(ctx context.Context, cfg Config, ds *store.Datastore) (func(),
 		klog.InfoS("The transition history is off (--transition-history=false): muster-server history shows nothing new")
 		return func() {}, nil
 	case ds.SQL() == nil:
-		klog.InfoS("The transition history is kept in SQL beside kine's table and is not available on an external etcd: muster-server history shows nothing; each object's status.transitions still holds its last " + fmt.Sprint(api.MaxTransitions) + " transitions")
+		klog.InfoS("The transition history is off: it is kept in SQL beside kine's table and an external etcd has none (muster-server history says so); each object's status.transitions still holds its last " + fmt.Sprint(api.MaxTransitions) + " transitions")
 		return func() {}, nil
 	}
 	client, err := ds.Client()

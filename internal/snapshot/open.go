@@ -36,7 +36,10 @@ func (d *Datastore) Close() {
 // starting, and kine runs in this process with its socket in a temporary
 // directory. PostgreSQL gets kine in this process either way, as one more
 // HA member would.
-func Open(ctx context.Context, dataDir, endpoint string, online bool, lock func(string) (io.Closer, error)) (*Datastore, error) {
+//
+// tlsFiles reach an external etcd; they are ignored for SQL endpoints, so
+// a command given both a source and a target uses them for the etcd one.
+func Open(ctx context.Context, dataDir, endpoint string, tlsFiles store.TLSFiles, online bool, lock func(string) (io.Closer, error)) (*Datastore, error) {
 	d := &Datastore{}
 	if endpoint == "" {
 		sock := filepath.Join(dataDir, "kine.sock")
@@ -59,7 +62,10 @@ func Open(ctx context.Context, dataDir, endpoint string, online bool, lock func(
 		return nil, err
 	}
 	d.close = append(d.close, func() { os.RemoveAll(sockDir) })
-	ds, err := store.Open(ctx, store.Config{DataDir: dataDir, Endpoint: endpoint, SocketDir: sockDir})
+	if !store.IsEtcd(endpoint) {
+		tlsFiles = store.TLSFiles{}
+	}
+	ds, err := store.Open(ctx, store.Config{DataDir: dataDir, Endpoint: endpoint, SocketDir: sockDir, TLS: tlsFiles})
 	if err != nil {
 		d.Close()
 		return nil, err

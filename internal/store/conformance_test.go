@@ -18,6 +18,7 @@ import (
 	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
 	storagetesting "k8s.io/apiserver/pkg/storage/testing"
 
+	"github.com/muster-io/muster/internal/etcdtest"
 	"github.com/muster-io/muster/internal/pgtest"
 )
 
@@ -112,11 +113,17 @@ func keyStored(c *clientv3.Client) storagetesting.KeyValidation {
 
 func TestUpstreamStorageConformance(t *testing.T) {
 	backends := []struct {
-		name     string
-		endpoint func(t *testing.T) string
+		name   string
+		config func(t *testing.T) Config
 	}{
-		{"sqlite", func(*testing.T) string { return "" }},
-		{"postgres", func(t *testing.T) string { return pgtest.DSN(t) }},
+		{"sqlite", func(*testing.T) Config { return Config{} }},
+		{"postgres", func(t *testing.T) Config { return Config{Endpoint: pgtest.DSN(t)} }},
+		// A real etcd behind TLS: the apiserver's storage on etcd directly,
+		// so what passes on kine is checked against the store it emulates.
+		{"etcd", func(t *testing.T) Config {
+			e := etcdtest.Start(t)
+			return Config{Endpoint: e.Endpoint, TLS: TLSFiles{CAFile: e.CAFile, CertFile: e.CertFile, KeyFile: e.KeyFile}}
+		}},
 	}
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
@@ -126,7 +133,7 @@ func TestUpstreamStorageConformance(t *testing.T) {
 					// parallel subtests that outlive the function body.
 					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 					t.Cleanup(cancel)
-					s, client := openConformanceStore(t, ctx, b.endpoint(t))
+					s, client := openConformanceStore(t, ctx, b.config(t))
 					tc.run(ctx, t, s, client)
 				})
 			}
@@ -136,9 +143,10 @@ func TestUpstreamStorageConformance(t *testing.T) {
 
 // openConformanceStore opens a fresh datastore and the apiserver's etcd3
 // storage on it, for the example API's pods.
-func openConformanceStore(t *testing.T, ctx context.Context, endpoint string) (storage.Interface, *clientv3.Client) {
+func openConformanceStore(t *testing.T, ctx context.Context, c Config) (storage.Interface, *clientv3.Client) {
 	t.Helper()
-	ds, err := Open(ctx, Config{DataDir: t.TempDir(), Endpoint: endpoint, PollInterval: 100 * time.Millisecond})
+	c.DataDir, c.PollInterval = t.TempDir(), 100*time.Millisecond
+	ds, err := Open(ctx, c)
 	if err != nil {
 		t.Fatalf("open datastore: %v", err)
 	}
@@ -155,7 +163,7 @@ func openConformanceStore(t *testing.T, ctx context.Context, endpoint string) (s
 	}
 	t.Cleanup(destroy)
 
-	client, err := clientv3.New(clientv3.Config{Endpoints: ds.Transport().ServerList, DialTimeout: 5 * time.Second})
+	client, err := ds.Client()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,7 @@ func OpenReadSQL(ctx context.Context, dataDir, endpoint string) (*sql.DB, string
 		return nil, "", err
 	}
 	if kind == "etcd" {
-		return nil, "", fmt.Errorf("the transition history is kept in SQL (SQLite or PostgreSQL); an external etcd has none")
+		return nil, "", fmt.Errorf("the transition history needs a SQL datastore (SQLite or PostgreSQL) and is not kept on an external etcd, which has no SQL; on etcd each object's status.transitions holds its last transitions: kubectl get KIND NAME -o jsonpath='{.status.transitions}'")
 	}
 	if kind == "sqlite" {
 		if _, err := os.Stat(SQLitePath(dataDir)); err != nil {

@@ -11,6 +11,7 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -34,6 +35,8 @@ const (
 	CompactInterval = 5 * time.Minute
 	// APIServerCompactionInterval turns the apiserver's compactor off: kine compacts.
 	APIServerCompactionInterval = time.Duration(0)
+	// EtcdCompactionInterval is the apiserver's own default, for a real etcd.
+	EtcdCompactionInterval = 5 * time.Minute
 	// connectTimeout bounds how long Open waits for PostgreSQL before it gives up.
 	connectTimeout = 20 * time.Second
 	// waitingSayEvery is how often a server still dialling its datastore
@@ -55,13 +58,22 @@ type Config struct {
 	// other servers; local writes wake watchers at once. Zero means
 	// DefaultPollInterval for the backend.
 	PollInterval time.Duration
+	// TLS is the client certificate and CA an external etcd is reached
+	// with; only for an etcd endpoint.
+	TLS TLSFiles
 }
 
 // Datastore is an open datastore.
 type Datastore struct {
 	backend   string
 	endpoints []string
-	cancel    context.CancelFunc
+	// tlsFiles and tls reach an external etcd; empty for kine, whose
+	// socket is local.
+	tlsFiles TLSFiles
+	tls      *tls.Config
+	// etcdVersion is what an external etcd reports, for the startup log.
+	etcdVersion string
+	cancel      context.CancelFunc
 	// sql is the database behind kine, migrated to this binary's schema;
 	// nil on etcd.
 	sql *sql.DB
@@ -74,7 +86,10 @@ func Open(ctx context.Context, cfg Config) (*Datastore, error) {
 		return nil, err
 	}
 	if kind == "etcd" {
-		return &Datastore{backend: kind, endpoints: strings.Split(cfg.Endpoint, ","), cancel: func() {}}, nil
+		return openEtcd(ctx, cfg)
+	}
+	if !cfg.TLS.empty() {
+		return nil, fmt.Errorf("--datastore-cafile, --datastore-certfile and --datastore-keyfile are for an external etcd (an https:// --datastore-endpoint); the %s datastore does not use them: remove them", kind)
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("cannot create data dir %s: %w; choose a writable --data-dir", cfg.DataDir, err)
@@ -192,12 +207,29 @@ func DefaultPollInterval(backend string) time.Duration {
 // Client is an etcd client on the datastore, for what muster keeps beside
 // the API's objects (the sealed cluster CA). The caller closes it.
 func (d *Datastore) Client() (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: d.endpoints, DialTimeout: 5 * time.Second})
+	return clientv3.New(clientv3.Config{Endpoints: d.endpoints, DialTimeout: 5 * time.Second, TLS: d.tls})
 }
 
 // Transport is what the apiserver's etcd3 storage dials.
 func (d *Datastore) Transport() storagebackend.TransportConfig {
-	return storagebackend.TransportConfig{ServerList: d.endpoints}
+	return storagebackend.TransportConfig{
+		ServerList:    d.endpoints,
+		TrustedCAFile: d.tlsFiles.CAFile,
+		CertFile:      d.tlsFiles.CertFile,
+		KeyFile:       d.tlsFiles.KeyFile,
+	}
+}
+
+// CompactionInterval is how often the apiserver compacts the datastore.
+// Kine compacts its own table, so there it is off; a real etcd keeps every
+// revision until someone compacts it and stops taking writes once its
+// quota is full, so there the apiserver's compactor runs, as it does in
+// Kubernetes.
+func (d *Datastore) CompactionInterval() time.Duration {
+	if d.backend == "etcd" {
+		return EtcdCompactionInterval
+	}
+	return APIServerCompactionInterval
 }
 
 // Backend is "sqlite", "postgres" or "etcd".

@@ -10,6 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/muster-io/muster/internal/etcdtest"
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/pgtest"
 	clientset "github.com/muster-io/muster/pkg/client/clientset/versioned"
@@ -38,8 +39,18 @@ func heardBy(c clientset.Interface) (map[string]time.Duration, error) {
 // plan updates made during the failover are applied, no machine is
 // duplicated; the killed server, restarted, rejoins the set.
 func TestHAAgentFailover(t *testing.T) {
+	haAgentFailover(t, startHA(t, pgtest.DSN(t), 3))
+}
+
+// TestEtcdHAAgentFailover: the same on three servers sharing a real etcd
+// with TLS client certificates.
+func TestEtcdHAAgentFailover(t *testing.T) {
+	e := etcdtest.Start(t)
+	haAgentFailover(t, startHA(t, e.Endpoint, 3, etcdTLSArgs(e)...))
+}
+
+func haAgentFailover(t *testing.T, servers []*server) {
 	const agents = 30
-	servers := startHA(t, pgtest.DSN(t), 3)
 	admin := servers[0]
 	token := newToken(t, admin)
 	var names []string

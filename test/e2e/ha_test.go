@@ -24,14 +24,15 @@ import (
 
 // startHA starts n servers on 127.0.0.1..n sharing one PostgreSQL database:
 // the first generates the server token, the others are given it.
-func startHA(t *testing.T, dsn string, n int) []*server {
+// extra are flags every server gets (an etcd's TLS files).
+func startHA(t *testing.T, dsn string, n int, extra ...string) []*server {
 	t.Helper()
-	first := newServer(t, "127.0.0.1", dsn)
+	first := newServer(t, "127.0.0.1", dsn, extra...)
 	first.start()
 	token := serverToken(t, first)
 	servers := []*server{first}
 	for i := 2; i <= n; i++ {
-		s := newServer(t, fmt.Sprintf("127.0.0.%d", i), dsn, "--token", token)
+		s := newServer(t, fmt.Sprintf("127.0.0.%d", i), dsn, append(slices.Clone(extra), "--token", token)...)
 		s.start()
 		servers = append(servers, s)
 	}
