@@ -43,7 +43,12 @@ type transitionKey struct {
 // printed by `muster-server history`.
 func TestDatastoreHistorySurvivesKill9(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, endpoint string) {
-		const agents, kills = 40, 4
+		// make test: 40 agents; MUSTER_DATASTORE_SCALE=full: the issue's 200
+		// joins, with plan changes going on throughout.
+		agents, kills := 40, 4
+		if os.Getenv("MUSTER_DATASTORE_SCALE") == "full" {
+			agents, kills = 200, 6
+		}
 		s := startServer(t, endpoint)
 		token := newToken(t, s)
 		sim := runAgentBinary(t, "simulate", "--server", s.url(), "--token", token, "--count", fmt.Sprint(agents), "--concurrency", "10",
@@ -59,7 +64,7 @@ func TestDatastoreHistorySurvivesKill9(t *testing.T) {
 			s.kill9()
 			s.start()
 		}
-		sim.waitOutput(fmt.Sprintf("simulate: joined %d/%d", agents, agents), 120*time.Second)
+		sim.waitOutput(fmt.Sprintf("simulate: joined %d/%d", agents, agents), 300*time.Second)
 		// Plan changes go on; one last kill in the middle of them.
 		time.Sleep(time.Duration(1000+rand.IntN(2000)) * time.Millisecond)
 		s.kill9()
