@@ -214,7 +214,7 @@ func (c *Controller) view(name string, p *api.MachinePlan) *planView {
 			return &planView{set: e.set, revision: e.revision}
 		}
 	}
-	if p == nil {
+	if p == nil || isPlaceholder(p) {
 		return nil
 	}
 	return &planView{
@@ -281,6 +281,14 @@ func (c *Controller) reconcile(ctx context.Context, cs compiledSet, machines []*
 	return nil
 }
 
+// isPlaceholder reports whether p is the empty plan the server gives every
+// machine at its join (internal/join): no work, no probes, no set. A set
+// may take it over; a plan with any work in it was written by hand and is
+// never the set's.
+func isPlaceholder(p *api.MachinePlan) bool {
+	return p.Labels[api.PlanSetLabel] == "" && !p.Spec.ChangesMachine() && len(p.Spec.Probes) == 0
+}
+
 // writePlan gives machine the set's plan of rev. An update is made on the
 // cached object's resourceVersion: a plan someone else changed meanwhile
 // (say, took over by hand) makes it fail with a conflict, never overwrite.
@@ -292,10 +300,13 @@ func (c *Controller) writePlan(ctx context.Context, s *api.MachinePlanSet, rev, 
 		p := &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: machine, Labels: lbl}, Spec: *s.Spec.Template.DeepCopy()}
 		_, err = plans.Create(ctx, p, metav1.CreateOptions{})
 	} else {
-		if cur.Labels[api.PlanSetLabel] != s.Name {
+		if cur.Labels[api.PlanSetLabel] != s.Name && !isPlaceholder(cur) {
 			return fmt.Errorf("machine %s has a plan the set does not own; it is left alone", machine)
 		}
 		p := cur.DeepCopy()
+		if p.Labels == nil {
+			p.Labels = map[string]string{}
+		}
 		for k, v := range lbl {
 			p.Labels[k] = v
 		}
