@@ -90,6 +90,11 @@ func TestPlanSet(t *testing.T) {
 		runAgentBinaryEnv(t, []string{"PLANSET_OUT=" + out[name]}, args...)
 	}
 	for name := range out {
+		// kubectl wait fails at once on a Machine its agent has not made yet.
+		waitFor(t, 60*time.Second, "machine "+name+" to register", func() bool {
+			_, err := s.kubectl("get", "machine", name)
+			return err == nil
+		})
 		waitPhase(t, s, name, "Running", 60*time.Second)
 	}
 
