@@ -223,4 +223,21 @@ func TestPlanSet(t *testing.T) {
 	if got := readConf(t, out["ps-w1"]); got != "v4" {
 		t.Errorf("ps-w1: set.conf is %q under two sets, want v4", got)
 	}
+
+	// A deleted set's plans go with it: ps-w1, then selected by site-a
+	// alone, gets site-a's plan; deleting site-a too leaves it none.
+	s.mustKubectl("delete", "machineplanset", "workers")
+	// Complete alone proves nothing here: site-a owned no machine before.
+	waitFor(t, 30*time.Second, "ps-w1 to get site-a's plan and apply it", func() bool {
+		got, _ := s.kubectl("get", "machineplan", "ps-w1", "-o", "jsonpath={.metadata.labels.muster\\.io/plan-set} {.status.state}")
+		return got == "site-a succeeded" && readConf(t, out["ps-w1"]) == "site"
+	})
+	s.mustKubectl("delete", "machineplanset", "site-a")
+	waitFor(t, 30*time.Second, "the deleted set's plan on ps-w1 to be removed", func() bool {
+		_, err := s.kubectl("get", "machineplan", "ps-w1")
+		return err != nil
+	})
+	if _, err := s.kubectl("get", "machineplan", "ps-w3"); err != nil {
+		t.Errorf("the hand-written plan went with the set: %v", err)
+	}
 }
