@@ -18,7 +18,7 @@ go tool openapi-gen --go-header-file "$header" \
   --output-model-name-file zz_generated.model_name.go \
   --report-filename hack/api-rule-violations.list \
   k8s.io/apimachinery/pkg/apis/meta/v1 k8s.io/apimachinery/pkg/runtime k8s.io/apimachinery/pkg/version \
-  k8s.io/apimachinery/pkg/api/resource k8s.io/api/core/v1 "$module/$apis"
+  k8s.io/apimachinery/pkg/api/resource k8s.io/apimachinery/pkg/util/intstr k8s.io/api/core/v1 "$module/$apis"
 
 rm -rf pkg/client
 go tool client-gen --go-header-file "$header" \

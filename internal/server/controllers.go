@@ -26,6 +26,7 @@ import (
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/internal/pki"
+	"github.com/muster-io/muster/internal/planset"
 	"github.com/muster-io/muster/internal/pool"
 	"github.com/muster-io/muster/internal/registry"
 	"github.com/muster-io/muster/internal/serverendpoint"
@@ -161,6 +162,7 @@ func (c *controllers) lead(term context.Context) {
 	housekeeper := c.join.NewHousekeeper(c.client, factory)
 	machines := lifecycle.NewController(c.client, c.objects, factory, c.liveness, c.cfg.AgentSilenceThreshold, c.events)
 	pools := pool.NewController(c.client, factory, c.drivers, "https://"+c.address)
+	planSets := planset.NewController(c.client, factory)
 	endpoints := factory.Muster().V1alpha1().ServerEndpoints()
 	// Start what the controllers added; it runs until the server stops.
 	factory.Start(c.stop)
@@ -172,6 +174,7 @@ func (c *controllers) lead(term context.Context) {
 	go granter.Run(term, controllerWorkers)
 	go housekeeper.Run(term)
 	go pools.Run(term)
+	go planSets.Run(term)
 	machines.Run(term, controllerWorkers)
 }
 

@@ -82,6 +82,11 @@ func MachinePoolFields(o *MachinePool) fields.Set {
 	return merge(objectMetaFields(o.Name), fields.Set{"spec.cluster": o.Spec.Cluster})
 }
 
+// MachinePlanSetFields returns the selectable fields of a MachinePlanSet.
+func MachinePlanSetFields(o *MachinePlanSet) fields.Set {
+	return merge(objectMetaFields(o.Name), fields.Set{"spec.cluster": o.Spec.Cluster})
+}
+
 // selectableFieldKeys derives each kind's accepted keys from the functions above.
 func selectableFieldKeys() map[string]fields.Set {
 	return map[string]fields.Set{
@@ -94,6 +99,7 @@ func selectableFieldKeys() map[string]fields.Set {
 		"ServerEndpoint":           ServerEndpointFields(&ServerEndpoint{}),
 		"ControllerLease":          ControllerLeaseFields(&ControllerLease{}),
 		"MachinePool":              MachinePoolFields(&MachinePool{}),
+		"MachinePlanSet":           MachinePlanSetFields(&MachinePlanSet{}),
 	}
 }
 

@@ -45,6 +45,7 @@ func knownTypes() []runtime.Object {
 		&ServerEndpoint{}, &ServerEndpointList{},
 		&ControllerLease{}, &ControllerLeaseList{},
 		&MachinePool{}, &MachinePoolList{},
+		&MachinePlanSet{}, &MachinePlanSetList{},
 	}
 }
 

@@ -132,6 +132,31 @@ func (in MachinePlanList) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MachinePlanSet) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.MachinePlanSet"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MachinePlanSetList) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.MachinePlanSetList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MachinePlanSetSpec) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.MachinePlanSetSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MachinePlanSetStatus) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.MachinePlanSetStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MachinePlanSetStrategy) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.MachinePlanSetStrategy"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in MachinePlanSpec) OpenAPIModelName() string {
 	return "io.muster.v1alpha1.MachinePlanSpec"
 }
@@ -219,6 +244,11 @@ func (in PlanInstruction) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in PlanProbe) OpenAPIModelName() string {
 	return "io.muster.v1alpha1.PlanProbe"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PlanSetRevision) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.PlanSetRevision"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

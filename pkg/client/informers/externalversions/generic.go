@@ -55,6 +55,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Muster().V1alpha1().Machines().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("machineplans"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Muster().V1alpha1().MachinePlans().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("machineplansets"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Muster().V1alpha1().MachinePlanSets().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("machinepools"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Muster().V1alpha1().MachinePools().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("nodepasswords"):

@@ -32,6 +32,10 @@ type MachineListerExpansion interface{}
 // MachinePlanLister.
 type MachinePlanListerExpansion interface{}
 
+// MachinePlanSetListerExpansion allows custom methods to be added to
+// MachinePlanSetLister.
+type MachinePlanSetListerExpansion interface{}
+
 // MachinePoolListerExpansion allows custom methods to be added to
 // MachinePoolLister.
 type MachinePoolListerExpansion interface{}

@@ -26,6 +26,8 @@ type Interface interface {
 	Machines() TypedMachineInformer
 	// MachinePlans returns a MachinePlanInformer.
 	MachinePlans() TypedMachinePlanInformer
+	// MachinePlanSets returns a MachinePlanSetInformer.
+	MachinePlanSets() TypedMachinePlanSetInformer
 	// MachinePools returns a MachinePoolInformer.
 	MachinePools() TypedMachinePoolInformer
 	// NodePasswords returns a NodePasswordInformer.
@@ -73,6 +75,11 @@ func (v *version) Machines() TypedMachineInformer {
 // MachinePlans returns a TypedMachinePlanInformer.
 func (v *version) MachinePlans() TypedMachinePlanInformer {
 	return &machinePlanInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
+}
+
+// MachinePlanSets returns a TypedMachinePlanSetInformer.
+func (v *version) MachinePlanSets() TypedMachinePlanSetInformer {
+	return &machinePlanSetInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
 // MachinePools returns a TypedMachinePoolInformer.

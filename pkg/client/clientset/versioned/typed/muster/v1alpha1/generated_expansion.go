@@ -20,6 +20,8 @@ type MachineExpansion interface{}
 
 type MachinePlanExpansion interface{}
 
+type MachinePlanSetExpansion interface{}
+
 type MachinePoolExpansion interface{}
 
 type NodePasswordExpansion interface{}

@@ -24,6 +24,7 @@ type MusterV1alpha1Interface interface {
 	ControllerLeasesGetter
 	MachinesGetter
 	MachinePlansGetter
+	MachinePlanSetsGetter
 	MachinePoolsGetter
 	NodePasswordsGetter
 	ServerEndpointsGetter
@@ -56,6 +57,10 @@ func (c *MusterV1alpha1Client) Machines() MachineInterface {
 
 func (c *MusterV1alpha1Client) MachinePlans() MachinePlanInterface {
 	return newMachinePlans(c)
+}
+
+func (c *MusterV1alpha1Client) MachinePlanSets() MachinePlanSetInterface {
+	return newMachinePlanSets(c)
 }
 
 func (c *MusterV1alpha1Client) MachinePools() MachinePoolInterface {

@@ -42,6 +42,10 @@ func (c *FakeMusterV1alpha1) MachinePlans() v1alpha1.MachinePlanInterface {
 	return newFakeMachinePlans(c)
 }
 
+func (c *FakeMusterV1alpha1) MachinePlanSets() v1alpha1.MachinePlanSetInterface {
+	return newFakeMachinePlanSets(c)
+}
+
 func (c *FakeMusterV1alpha1) MachinePools() v1alpha1.MachinePoolInterface {
 	return newFakeMachinePools(c)
 }

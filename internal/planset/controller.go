@@ -1,0 +1,459 @@
+// Package planset is the MachinePlanSet controller: it gives every Machine
+// a set selects the set's MachinePlan, rolls a template change out within
+// the set's maxUnavailable, and removes the set's plan from a machine that
+// stops matching. It runs on the elected leader only.
+//
+// A plan belongs to a set by its muster.io/plan-set label (wrangler's
+// desired-set idea: labels, not ownerReferences, find the children). A
+// plan without that label was written by hand and is never touched; a
+// machine two sets select keeps whatever plan it has, and both sets say so
+// in their Conflict condition, so the plan never flips between them.
+package planset
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+	informers "github.com/muster-io/muster/pkg/client/informers/externalversions"
+	listers "github.com/muster-io/muster/pkg/client/listers/muster/v1alpha1"
+)
+
+// resync reconciles every set this often besides on every change, so a
+// timed-out expectation is noticed without an event.
+const resync = 10 * time.Second
+
+// expectationTimeout bounds a wait for the cache to show a write: an event
+// lost for good must not stall a set.
+const expectationTimeout = 30 * time.Second
+
+// Controller reconciles MachinePlanSets.
+type Controller struct {
+	client   versioned.Interface
+	sets     listers.MachinePlanSetLister
+	machines listers.MachineLister
+	plans    listers.MachinePlanLister
+	kick     chan struct{}
+	// expect holds, by plan name, the writes this controller made that
+	// its cache does not show yet. Until it does, the plan is taken to be
+	// as written: a lagging cache would otherwise have the controller
+	// write the plan again, or start more machines than maxUnavailable.
+	// Only the Run goroutine touches it.
+	expect map[string]expectation
+}
+
+// expectation is one plan write awaiting the cache.
+type expectation struct {
+	set, revision string
+	deleted       bool
+	at            time.Time
+}
+
+// NewController registers its informers with factory.
+func NewController(client versioned.Interface, factory informers.SharedInformerFactory) *Controller {
+	v := factory.Muster().V1alpha1()
+	c := &Controller{
+		client: client, sets: v.MachinePlanSets().Lister(), machines: v.Machines().Lister(), plans: v.MachinePlans().Lister(),
+		kick: make(chan struct{}, 1), expect: map[string]expectation{},
+	}
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.poke() },
+		UpdateFunc: func(any, any) { c.poke() },
+		DeleteFunc: func(any) { c.poke() },
+	}
+	_, _ = v.MachinePlanSets().Informer().AddEventHandler(handler)
+	_, _ = v.Machines().Informer().AddEventHandler(handler)
+	_, _ = v.MachinePlans().Informer().AddEventHandler(handler)
+	return c
+}
+
+func (c *Controller) poke() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run reconciles until ctx ends.
+func (c *Controller) Run(ctx context.Context) {
+	t := time.NewTicker(resync)
+	defer t.Stop()
+	for {
+		if err := c.reconcileAll(ctx); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "Reconciling machine plan sets")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.kick:
+		case <-t.C:
+		}
+	}
+}
+
+// Revision is the content hash of a template: a set's plans of another
+// revision are its old ones.
+func Revision(t api.MachinePlanSpec) string {
+	b, _ := json.Marshal(t)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:10]
+}
+
+// compiledSet is a set with its selector parsed once per pass.
+type compiledSet struct {
+	set *api.MachinePlanSet
+	sel labels.Selector
+}
+
+func (cs compiledSet) selects(m *api.Machine) bool {
+	if cs.set.Spec.Cluster != "" && m.Spec.Cluster != cs.set.Spec.Cluster {
+		return false
+	}
+	return cs.sel.Matches(labels.Set(m.Labels))
+}
+
+func (c *Controller) reconcileAll(ctx context.Context) error {
+	sets, err := c.sets.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	machines, err := c.machines.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	plans, err := c.plans.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	planOf := map[string]*api.MachinePlan{}
+	for _, p := range plans {
+		planOf[p.Name] = p
+	}
+	var compiled []compiledSet
+	live := map[string]bool{}
+	for _, s := range sets {
+		if s.DeletionTimestamp != nil {
+			continue
+		}
+		live[s.Name] = true
+		sel, err := metav1.LabelSelectorAsSelector(&s.Spec.Selector)
+		if err != nil {
+			// Admission validated it; a selector that still does not
+			// parse selects nothing rather than everything.
+			klog.ErrorS(err, "Plan set selector", "set", s.Name)
+			sel = labels.Nothing()
+		}
+		compiled = append(compiled, compiledSet{set: s, sel: sel})
+	}
+	// Which sets select each machine: two on one machine is a conflict.
+	selectors := map[string][]string{}
+	for _, m := range machines {
+		if m.DeletionTimestamp != nil {
+			continue // its plan goes with it (internal/lifecycle)
+		}
+		for _, cs := range compiled {
+			if cs.selects(m) {
+				selectors[m.Name] = append(selectors[m.Name], cs.set.Name)
+			}
+		}
+	}
+	var errs []string
+	for _, cs := range compiled {
+		if err := c.reconcile(ctx, cs, machines, planOf, selectors); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			errs = append(errs, fmt.Sprintf("plan set %s: %v", cs.set.Name, err))
+		}
+	}
+	// The plans of a deleted set go with it, as a set's children do.
+	for _, p := range plans {
+		owner := p.Labels[api.PlanSetLabel]
+		if owner == "" || live[owner] || p.DeletionTimestamp != nil {
+			continue
+		}
+		if e, ok := c.expect[p.Name]; ok && e.deleted && time.Since(e.at) < expectationTimeout {
+			continue
+		}
+		if err := c.deletePlan(ctx, owner, p.Name); err != nil {
+			errs = append(errs, fmt.Sprintf("removing plan %s of deleted plan set %s: %v", p.Name, owner, err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// view is the plan as the controller must take it: the cache's, unless a
+// write of this controller has not reached the cache yet.
+func (c *Controller) view(name string, p *api.MachinePlan) *planView {
+	if e, ok := c.expect[name]; ok {
+		shown := (e.deleted && p == nil) ||
+			(!e.deleted && p != nil && p.Labels[api.PlanSetLabel] == e.set && p.Labels[api.PlanSetRevisionLabel] == e.revision)
+		if shown || time.Since(e.at) > expectationTimeout {
+			delete(c.expect, name)
+		} else if e.deleted {
+			return nil
+		} else {
+			return &planView{set: e.set, revision: e.revision}
+		}
+	}
+	if p == nil || isPlaceholder(p) {
+		return nil
+	}
+	return &planView{
+		set:      p.Labels[api.PlanSetLabel],
+		revision: p.Labels[api.PlanSetRevisionLabel],
+		applied:  p.Status.State == api.PlanStateSucceeded && p.Status.Checksum != "" && p.Status.AppliedChecksum == p.Status.Checksum,
+		failed:   p.Status.State == api.PlanStateFailed,
+	}
+}
+
+func (c *Controller) reconcile(ctx context.Context, cs compiledSet, machines []*api.Machine, planOf map[string]*api.MachinePlan, selectors map[string][]string) error {
+	s := cs.set
+	rev := Revision(s.Spec.Template)
+	var selected []machineView
+	var owned []string
+	revisions := map[string]int{}
+	exists := map[string]bool{}
+	for _, m := range machines {
+		exists[m.Name] = true
+		pv := c.view(m.Name, planOf[m.Name])
+		// A Machine being deleted loses its plan with it (internal/lifecycle).
+		if pv != nil && pv.set == s.Name && m.DeletionTimestamp == nil {
+			owned = append(owned, m.Name)
+			revisions[pv.revision]++
+		}
+		if m.DeletionTimestamp != nil || !cs.selects(m) {
+			continue
+		}
+		var others []string
+		for _, name := range selectors[m.Name] {
+			if name != s.Name {
+				others = append(others, name)
+			}
+		}
+		selected = append(selected, machineView{
+			name: m.Name, running: m.Status.Phase == api.MachinePhaseRunning, failed: m.Status.Phase == api.MachinePhaseFailed,
+			plan: pv, otherSets: others,
+		})
+	}
+	// A plan of this set whose Machine is gone is pruned too.
+	for name, p := range planOf {
+		if p.Labels[api.PlanSetLabel] == s.Name && !exists[name] {
+			owned = append(owned, name)
+		}
+	}
+	d := decide(s.Name, rev, selected, owned, s.Spec.Strategy.MaxUnavailable, s.Spec.Strategy.Paused)
+	var errs []string
+	for _, name := range d.prune {
+		if err := c.deletePlan(ctx, s.Name, name); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	for _, name := range append(append([]string{}, d.create...), d.update...) {
+		if err := c.writePlan(ctx, s, rev, name, planOf[name]); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if err := c.writeStatus(ctx, s, rev, d, revisions); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// isPlaceholder reports whether p is the empty plan the server gives every
+// machine at its join (internal/join): no work, no probes, no set. A set
+// may take it over; a plan with any work in it was written by hand and is
+// never the set's.
+func isPlaceholder(p *api.MachinePlan) bool {
+	return p.Labels[api.PlanSetLabel] == "" && !p.Spec.ChangesMachine() && len(p.Spec.Probes) == 0
+}
+
+// writePlan gives machine the set's plan of rev. An update is made on the
+// cached object's resourceVersion: a plan someone else changed meanwhile
+// (say, took over by hand) makes it fail with a conflict, never overwrite.
+func (c *Controller) writePlan(ctx context.Context, s *api.MachinePlanSet, rev, machine string, cur *api.MachinePlan) error {
+	plans := c.client.MusterV1alpha1().MachinePlans()
+	lbl := map[string]string{api.PlanSetLabel: s.Name, api.PlanSetRevisionLabel: rev}
+	var err error
+	if cur == nil {
+		p := &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: machine, Labels: lbl}, Spec: *s.Spec.Template.DeepCopy()}
+		_, err = plans.Create(ctx, p, metav1.CreateOptions{})
+	} else {
+		if cur.Labels[api.PlanSetLabel] != s.Name && !isPlaceholder(cur) {
+			return fmt.Errorf("machine %s has a plan the set does not own; it is left alone", machine)
+		}
+		p := cur.DeepCopy()
+		if p.Labels == nil {
+			p.Labels = map[string]string{}
+		}
+		for k, v := range lbl {
+			p.Labels[k] = v
+		}
+		p.Spec = *s.Spec.Template.DeepCopy()
+		_, err = plans.Update(ctx, p, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		// A conflict or an existing plan means the cache is behind: the
+		// next pass sees the plan as it is.
+		return fmt.Errorf("writing machine %s's plan (revision %s): %w", machine, rev, err)
+	}
+	c.expect[machine] = expectation{set: s.Name, revision: rev, at: time.Now()}
+	klog.InfoS("Plan set wrote a machine's plan", "set", s.Name, "machine", machine, "revision", rev)
+	return nil
+}
+
+// deletePlan removes the plan set wrote for machine, only if it still is
+// the set's: the delete is conditioned on the UID and resourceVersion read
+// just before, so a plan taken over by hand in between survives.
+func (c *Controller) deletePlan(ctx context.Context, set, machine string) error {
+	plans := c.client.MusterV1alpha1().MachinePlans()
+	p, err := plans.Get(ctx, machine, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		c.expect[machine] = expectation{set: set, deleted: true, at: time.Now()}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading machine %s's plan before removing it: %w", machine, err)
+	}
+	if p.Labels[api.PlanSetLabel] != set {
+		return nil // no longer the set's: not ours to remove
+	}
+	err = plans.Delete(ctx, machine, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID, ResourceVersion: &p.ResourceVersion}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing machine %s's plan of plan set %s: %w", machine, set, err)
+	}
+	c.expect[machine] = expectation{set: set, deleted: true, at: time.Now()}
+	klog.InfoS("Plan set removed a machine's plan", "set", set, "machine", machine)
+	return nil
+}
+
+// maxListed bounds the machine names a condition message lists.
+const maxListed = 5
+
+func listNames(names []string) string {
+	sort.Strings(names)
+	if len(names) > maxListed {
+		return strings.Join(names[:maxListed], ", ") + fmt.Sprintf(" and %d more", len(names)-maxListed)
+	}
+	return strings.Join(names, ", ")
+}
+
+// conditions derives the set's conditions from a decision.
+func conditions(s *api.MachinePlanSet, rev string, d decision) []metav1.Condition {
+	gen := s.Generation
+	cond := func(t string, ok bool, reason, msg string) metav1.Condition {
+		st := metav1.ConditionFalse
+		if ok {
+			st = metav1.ConditionTrue
+		}
+		return metav1.Condition{Type: t, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen}
+	}
+	var out []metav1.Condition
+	if len(d.conflicts) > 0 {
+		var parts []string
+		for i, cf := range d.conflicts {
+			if i == maxListed {
+				parts = append(parts, fmt.Sprintf("and %d more", len(d.conflicts)-maxListed))
+				break
+			}
+			parts = append(parts, "machine "+cf.machine+" "+cf.reason)
+		}
+		out = append(out, cond(api.PlanSetConflict, true, "MachinesSkipped",
+			strings.Join(parts, "; ")+": their plans are left unchanged; narrow the selectors so that one set selects each machine, or delete the hand-written plan for the set to write its own"))
+	} else {
+		out = append(out, cond(api.PlanSetConflict, false, "NoConflict", "every selected machine's plan is the set's"))
+	}
+	switch {
+	case len(d.failedMachines) > 0:
+		out = append(out, cond(api.PlanSetPaused, true, "MachineFailed",
+			fmt.Sprintf("machine %s failed on revision %s, so no more machines are started: look at `kubectl get machineplan NAME -o yaml`, then fix the template (a new revision resumes) or the machine", listNames(d.failedMachines), rev)))
+	case s.Spec.Strategy.Paused:
+		out = append(out, cond(api.PlanSetPaused, true, "PausedBySpec", "spec.strategy.paused is true: no more machines are started; set it to false to resume"))
+	default:
+		out = append(out, cond(api.PlanSetPaused, false, "NotPaused", "machines are started within maxUnavailable"))
+	}
+	owned := d.matched - len(d.conflicts)
+	complete := d.ready == owned
+	switch {
+	case complete:
+		out = append(out, cond(api.PlanSetProgressing, false, "RolledOut", fmt.Sprintf("all %d machines applied revision %s", owned, rev)))
+		out = append(out, cond(api.PlanSetComplete, true, "RolledOut", fmt.Sprintf("all %d machines applied revision %s", owned, rev)))
+	default:
+		msg := fmt.Sprintf("%d of %d machines applied revision %s (%d updated, %d waiting; maxUnavailable %d, %d unavailable)", d.ready, owned, rev, d.updated, d.waiting, d.budget, d.unavailable)
+		out = append(out, cond(api.PlanSetProgressing, true, "RollingOut", msg))
+		out = append(out, cond(api.PlanSetComplete, false, "RollingOut", msg))
+	}
+	return out
+}
+
+func (c *Controller) writeStatus(ctx context.Context, s *api.MachinePlanSet, rev string, d decision, revisions map[string]int) error {
+	st := s.Status.DeepCopy()
+	st.Revision = rev
+	st.Matched, st.Updated, st.Ready = int32(d.matched), int32(d.updated), int32(d.ready)
+	st.Failed, st.Unavailable, st.Conflicting = int32(d.failed), int32(d.unavailable), int32(len(d.conflicts))
+	st.ObservedGeneration = s.Generation
+	st.Revisions = revisionHistory(rev, s.Status.Revisions, revisions)
+	for _, cd := range conditions(s, rev, d) {
+		meta.SetStatusCondition(&st.Conditions, cd)
+	}
+	if equality.Semantic.DeepEqual(st, &s.Status) {
+		return nil
+	}
+	s = s.DeepCopy()
+	s.Status = *st
+	if _, err := c.client.MusterV1alpha1().MachinePlanSets().UpdateStatus(ctx, s, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("writing the status: %w", err)
+	}
+	return nil
+}
+
+// revisionHistory is the set's revisions, newest first, with how many of
+// its plans have each now: earlier revisions stay listed (with 0) so an
+// operator sees what was rolled out before, at most api.MaxPlanSetRevisions.
+func revisionHistory(rev string, before []api.PlanSetRevision, counts map[string]int) []api.PlanSetRevision {
+	out := []api.PlanSetRevision{{Revision: rev, Machines: int32(counts[rev])}}
+	seen := map[string]bool{rev: true}
+	for _, r := range before {
+		if !seen[r.Revision] {
+			seen[r.Revision] = true
+			out = append(out, api.PlanSetRevision{Revision: r.Revision, Machines: int32(counts[r.Revision])})
+		}
+	}
+	// Revisions the status never listed (a set's plans from before a
+	// restart that lost a status write) go last, in a stable order.
+	var rest []string
+	for r := range counts {
+		if !seen[r] {
+			rest = append(rest, r)
+		}
+	}
+	sort.Strings(rest)
+	for _, r := range rest {
+		out = append(out, api.PlanSetRevision{Revision: r, Machines: int32(counts[r])})
+	}
+	if len(out) > api.MaxPlanSetRevisions {
+		out = out[:api.MaxPlanSetRevisions]
+	}
+	return out
+}

@@ -1,0 +1,102 @@
+package registry
+
+import (
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
+
+// MachinePlanSet is the storage description of plan sets.
+var MachinePlanSet = Kind[*api.MachinePlanSet]{
+	Resource: "machineplansets",
+	Singular: "machineplanset",
+	// "mps": not one of Kubernetes' own short names (those are two to
+	// four letters such as "po", "svc", "pdb", "sts", none "mps").
+	ShortNames: []string{"mps"},
+	New:        func() *api.MachinePlanSet { return &api.MachinePlanSet{} },
+	NewList:    func() runtime.Object { return &api.MachinePlanSetList{} },
+	Fields:     api.MachinePlanSetFields,
+	Validate:   validatePlanSet,
+	ValidateStatus: func(s, old *api.MachinePlanSet) field.ErrorList {
+		var errs field.ErrorList
+		for i, c := range s.Status.Conditions {
+			errs = append(errs, validateMaxLen(c.Message, maxMessageBytes, field.NewPath("status", "conditions").Index(i).Child("message"))...)
+		}
+		if len(s.Status.Revisions) > api.MaxPlanSetRevisions {
+			errs = append(errs, field.TooMany(field.NewPath("status", "revisions"), len(s.Status.Revisions), api.MaxPlanSetRevisions))
+		}
+		return errs
+	},
+	Columns: []metav1.TableColumnDefinition{
+		{Name: "Revision", Type: "string", Description: "Hash of the current template."},
+		{Name: "Matched", Type: "integer", Description: "Machines the selector selects."},
+		{Name: "Updated", Type: "integer", Description: "Machines with the current revision's plan."},
+		{Name: "Ready", Type: "integer", Description: "Machines that applied the current revision."},
+		{Name: "Failed", Type: "integer", Description: "Machines whose plan failed."},
+		{Name: "Status", Type: "string", Description: "Complete, Conflict, Paused or Progressing."},
+	},
+	Cells: func(s *api.MachinePlanSet) []interface{} {
+		return []interface{}{s.Status.Revision, s.Status.Matched, s.Status.Updated, s.Status.Ready, s.Status.Failed, planSetSummary(s)}
+	},
+}
+
+// planSetSummary is the one word the table shows: what most needs the
+// operator's eye first.
+func planSetSummary(s *api.MachinePlanSet) string {
+	for _, t := range []string{api.PlanSetConflict, api.PlanSetPaused, api.PlanSetComplete, api.PlanSetProgressing} {
+		for _, c := range s.Status.Conditions {
+			if c.Type == t && c.Status == metav1.ConditionTrue {
+				return t
+			}
+		}
+	}
+	return ""
+}
+
+func validatePlanSet(s *api.MachinePlanSet) field.ErrorList {
+	spec := field.NewPath("spec")
+	errs := validateDNSSubdomain(s.Spec.Cluster, spec.Child("cluster"), false)
+	sel := spec.Child("selector")
+	errs = append(errs, metav1validation.ValidateLabelSelector(&s.Spec.Selector, metav1validation.LabelSelectorValidationOptions{}, sel)...)
+	empty := len(s.Spec.Selector.MatchLabels) == 0 && len(s.Spec.Selector.MatchExpressions) == 0
+	switch {
+	case empty && !s.Spec.MatchAll:
+		errs = append(errs, field.Required(sel, "an empty selector selects every machine: give matchLabels or matchExpressions (for example matchLabels: {role: worker}), or set spec.matchAll: true to mean the whole fleet"))
+	case !empty && s.Spec.MatchAll:
+		errs = append(errs, field.Invalid(spec.Child("matchAll"), true, "matchAll selects every machine and cannot be combined with a selector: drop one of them"))
+	}
+	if mu := s.Spec.Strategy.MaxUnavailable; mu != nil {
+		errs = append(errs, validateMaxUnavailable(*mu, spec.Child("strategy", "maxUnavailable"))...)
+	}
+	// The template is a MachinePlan's spec: the plan's own validation,
+	// with its paths moved under spec.template.
+	for _, e := range validatePlanSpec(&api.MachinePlan{Spec: s.Spec.Template}) {
+		e.Field = "spec.template" + strings.TrimPrefix(e.Field, "spec")
+		errs = append(errs, e)
+	}
+	return errs
+}
+
+func validateMaxUnavailable(v intstr.IntOrString, fld *field.Path) field.ErrorList {
+	if v.Type == intstr.Int {
+		if v.IntVal < 1 {
+			return field.ErrorList{field.Invalid(fld, v.IntVal, "must be at least 1, or a template change could never roll out: to hold a rollout set spec.strategy.paused: true")}
+		}
+		return nil
+	}
+	var pct int
+	if _, err := fmt.Sscanf(v.StrVal, "%d%%", &pct); err != nil || fmt.Sprintf("%d%%", pct) != v.StrVal {
+		return field.ErrorList{field.Invalid(fld, v.StrVal, "must be a count such as 2 or a percent such as \"25%\"")}
+	}
+	if pct < 1 || pct > 100 {
+		return field.ErrorList{field.Invalid(fld, v.StrVal, "a percent must be 1% to 100%")}
+	}
+	return nil
+}

@@ -1,0 +1,52 @@
+package registry
+
+import (
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
+
+func TestValidatePlanSet(t *testing.T) {
+	good := func() *api.MachinePlanSet {
+		return &api.MachinePlanSet{Spec: api.MachinePlanSetSpec{
+			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"role": "worker"}},
+			Template: api.MachinePlanSpec{Files: []api.PlanFile{{Path: "/etc/muster/x", Content: "x"}}},
+		}}
+	}
+	count := func(n int32) *intstr.IntOrString { v := intstr.FromInt32(n); return &v }
+	pct := func(s string) *intstr.IntOrString { v := intstr.FromString(s); return &v }
+	tests := []struct {
+		name   string
+		change func(s *api.MachinePlanSet)
+		want   string // a substring of the error; "" for valid
+	}{
+		{"valid", func(*api.MachinePlanSet) {}, ""},
+		{"matchAll with an empty selector", func(s *api.MachinePlanSet) { s.Spec.Selector = metav1.LabelSelector{}; s.Spec.MatchAll = true }, ""},
+		{"percent", func(s *api.MachinePlanSet) { s.Spec.Strategy.MaxUnavailable = pct("25%") }, ""},
+		{"empty selector", func(s *api.MachinePlanSet) { s.Spec.Selector = metav1.LabelSelector{} }, "spec.matchAll: true"},
+		{"matchAll and a selector", func(s *api.MachinePlanSet) { s.Spec.MatchAll = true }, "cannot be combined"},
+		{"maxUnavailable 0", func(s *api.MachinePlanSet) { s.Spec.Strategy.MaxUnavailable = count(0) }, "at least 1"},
+		{"percent over 100", func(s *api.MachinePlanSet) { s.Spec.Strategy.MaxUnavailable = pct("150%") }, "1% to 100%"},
+		{"not a percent", func(s *api.MachinePlanSet) { s.Spec.Strategy.MaxUnavailable = pct("half") }, "a percent such as"},
+		{"bad label key", func(s *api.MachinePlanSet) { s.Spec.Selector.MatchLabels = map[string]string{"bad key!": "x"} }, "spec.selector.matchLabels"},
+		{"bad cluster", func(s *api.MachinePlanSet) { s.Spec.Cluster = "Not_A_Name" }, "spec.cluster"},
+		{"bad template", func(s *api.MachinePlanSet) { s.Spec.Template.Files[0].Path = "relative" }, "spec.template.files[0].path"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := good()
+			tt.change(s)
+			errs := validatePlanSet(s)
+			switch {
+			case tt.want == "" && len(errs) > 0:
+				t.Fatalf("refused: %v", errs)
+			case tt.want != "" && !strings.Contains(errs.ToAggregate().Error(), tt.want):
+				t.Fatalf("errors %v do not say %q", errs, tt.want)
+			}
+		})
+	}
+}

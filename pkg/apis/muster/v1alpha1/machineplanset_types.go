@@ -1,0 +1,159 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// PlanSetLabel marks every MachinePlan a MachinePlanSet wrote with the set's
+// name, so that `kubectl get machineplans -l muster.io/plan-set=NAME` lists
+// them. A plan without it was written by hand and no set ever touches it.
+const PlanSetLabel = "muster.io/plan-set"
+
+// PlanSetRevisionLabel records the set's template revision a MachinePlan
+// was written from.
+const PlanSetRevisionLabel = "muster.io/plan-set-revision"
+
+// Condition types of a MachinePlanSet.
+const (
+	// PlanSetProgressing is True while some matched machine's plan is not
+	// yet the current revision, or not yet applied.
+	PlanSetProgressing = "Progressing"
+	// PlanSetPaused is True when no new machine is started on the current
+	// revision: spec.strategy.paused, or a machine that failed on it.
+	PlanSetPaused = "Paused"
+	// PlanSetComplete is True once every matched machine the set owns has
+	// applied the current revision; `kubectl wait --for=condition=Complete` waits for it.
+	PlanSetComplete = "Complete"
+	// PlanSetConflict is True when a matched machine has a plan the set
+	// must not take over: a hand-written one, or another set's.
+	PlanSetConflict = "Conflict"
+)
+
+// MaxPlanSetRevisions bounds status.revisions.
+const MaxPlanSetRevisions = 10
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// MachinePlanSet gives every Machine it selects the same MachinePlan, like
+// a DaemonSet does pods: the server writes each selected machine's plan
+// (named after the machine, labelled muster.io/plan-set=NAME), rolls a
+// template change out a few machines at a time, and removes the plan of a
+// machine that stops matching. A plan written by hand, or by another set,
+// is never overwritten: the machine is reported in the Conflict condition.
+type MachinePlanSet struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is what the operator wants of the set.
+	// +optional
+	Spec MachinePlanSetSpec `json:"spec,omitempty"`
+	// Status is what the server observed; written only through the status subresource.
+	// +optional
+	Status MachinePlanSetStatus `json:"status,omitempty"`
+}
+
+// MachinePlanSetSpec is the desired state of a MachinePlanSet.
+type MachinePlanSetSpec struct {
+	// Selector chooses the Machines by their labels (roles are labels). An
+	// empty selector is refused unless MatchAll is set, so that a
+	// forgotten selector never puts a plan on the whole fleet.
+	// +optional
+	Selector metav1.LabelSelector `json:"selector,omitempty"`
+	// MatchAll, with an empty selector, selects every Machine (of Cluster,
+	// if set): the explicit opt-in to a fleet-wide plan.
+	// +optional
+	MatchAll bool `json:"matchAll,omitempty"`
+	// Cluster, if set, restricts the set to the Machines of that Cluster.
+	// +optional
+	Cluster string `json:"cluster,omitempty"`
+	// Template is the plan every selected machine gets. Each distinct
+	// template is a revision (status.revision); changing it rolls the
+	// machines onto the new one within Strategy.
+	Template MachinePlanSpec `json:"template"`
+	// Strategy bounds a rollout.
+	// +optional
+	Strategy MachinePlanSetStrategy `json:"strategy,omitempty"`
+}
+
+// MachinePlanSetStrategy bounds a rollout of a template change.
+type MachinePlanSetStrategy struct {
+	// MaxUnavailable is how many of the selected machines may be updating
+	// or not Running at once, counting a machine given the set's plan for
+	// the first time as updating: a count (at least 1) or a percent of the
+	// selected machines ("25%", rounded down but at least 1, at most
+	// "100%"). Default 1. A machine that is not Running for another reason
+	// uses up the budget too, so a rollout waits while the fleet is unwell.
+	// +optional
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+	// Paused stops starting machines on the current revision; machines
+	// already updating finish. A newly selected machine waits too: giving
+	// it the plan changes the machine as much as an update does.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+}
+
+// PlanSetRevision is how many machines have one revision's plan.
+type PlanSetRevision struct {
+	// Revision is the content hash of a template.
+	Revision string `json:"revision"`
+	// Machines is how many of the set's plans are of this revision.
+	Machines int32 `json:"machines"`
+}
+
+// MachinePlanSetStatus is the observed state of a MachinePlanSet.
+type MachinePlanSetStatus struct {
+	// Revision is the content hash of the current template; the set's
+	// plans carry the revision they were written from in the
+	// muster.io/plan-set-revision label.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+	// Matched is how many Machines the selector (and cluster) select.
+	// +optional
+	Matched int32 `json:"matched"`
+	// Updated is how many of them have the set's plan of the current revision.
+	// +optional
+	Updated int32 `json:"updated"`
+	// Ready is how many of those updated ones applied it (the plan
+	// succeeded and the agent ran it to the end).
+	// +optional
+	Ready int32 `json:"ready"`
+	// Failed is how many of the set's plans failed (state failed).
+	// +optional
+	Failed int32 `json:"failed"`
+	// Unavailable is how many matched machines are not Running.
+	// +optional
+	Unavailable int32 `json:"unavailable"`
+	// Conflicting is how many matched machines have a plan the set does
+	// not own (hand-written, or another set's): they are left alone.
+	// +optional
+	Conflicting int32 `json:"conflicting"`
+	// Revisions counts the set's plans by revision, current first, at most 10.
+	// +optional
+	// +listType=atomic
+	Revisions []PlanSetRevision `json:"revisions,omitempty"`
+	// ObservedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions are Progressing, Paused, Complete and Conflict.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// MachinePlanSetList is a list of MachinePlanSets.
+type MachinePlanSetList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the plan sets.
+	Items []MachinePlanSet `json:"items"`
+}
