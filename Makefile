@@ -24,7 +24,7 @@ LDFLAGS    = -X github.com/muster-io/muster/internal/version.Version=$(VERSION) 
 TEST_FLAGS ?= -p 1 -count=1 -timeout 45m
 
 # `make ha` starts PostgreSQL, three servers on 127.0.0.1-3 and agents (hack/ha.sh).
-.PHONY: all build run peer ha ha-stop test test-unit test-e2e vet fuzz generate verify-generated bench postgres-start postgres-stop clean
+.PHONY: all build run peer ha ha-stop test test-unit test-e2e vet fuzz generate verify-generated bench bench-peer postgres-start postgres-stop clean
 
 all: build
 
@@ -69,6 +69,21 @@ bench: build
 	mkdir -p bench/out
 	MUSTER_BENCH_SCALE=full MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server $(GO) test -count=1 -run '^TestBench$$' -v -timeout 180m ./test/bench | tee bench/out/bench.txt
 	MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server MUSTER_AGENT_BIN=$(CURDIR)/$(BIN)/muster-agent $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/e2e | tee bench/out/server.txt
+
+# Muster beside what Fleet/Rancher/k3s users run for the job: a real
+# kube-apiserver serving the Muster kinds as CRDs (converted from muster's
+# own OpenAPI) on a standalone kine on SQLite, one client-go workload against
+# both (TestBenchPeer; `make test` runs it at smoke scale). Prints a table of
+# figures, Muster, peer and their ratio; asserts nothing about speed.
+# MUSTER_BENCH_PEER_OBJECTS=2000 make bench-peer for a shorter run.
+MUSTER_BENCH_PEER_OBJECTS ?= 5000
+MUSTER_BENCH_PEER_WATCHES ?= 2000
+bench-peer: build
+	hack/peer.sh
+	mkdir -p bench/out
+	MUSTER_BENCH_PEER_OBJECTS=$(MUSTER_BENCH_PEER_OBJECTS) MUSTER_BENCH_PEER_WATCHES=$(MUSTER_BENCH_PEER_WATCHES) \
+	MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server MUSTER_AGENT_BIN=$(CURDIR)/$(BIN)/muster-agent \
+	$(GO) test -p 1 -count=1 -run '^TestBenchPeer$$' -v -timeout 90m ./test/e2e | tee bench/out/bench-peer.txt
 
 # Fuzz the parsers and checks that take hostile input: the join-token
 # parser, the CSR checks and plan validation, each for FUZZTIME. go test

@@ -124,6 +124,26 @@ func rssKiB(pid int) int {
 	return 0
 }
 
+// cpuSeconds is the CPU time (user and system) a process has used so far,
+// from /proc/PID/stat, in seconds; 0 if it is gone.
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name, in parentheses, may hold spaces: count fields from
+	// its closing parenthesis. utime and stime are fields 14 and 15.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	// In clock ticks, USER_HZ, which is 100 on every Linux architecture
+	// Go runs on (sysconf(_SC_CLK_TCK) without cgo).
+	return (utime + stime) / 100
+}
+
 // BenchmarkJoin: agent process start → "running as machine" (CA fetch and
 // pin, registration, grant, certificate stored), for 1 and for 50 agents
 // started at once, on each backend; p50 and p99 over the agents.
