@@ -84,8 +84,20 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: muster-delega
 	if out, err := kube.kubectl("admin-token", "apply", "--server-side", "-f", testdata("manifests", "machine.yaml")); err != nil {
 		t.Fatalf("server-side apply through the aggregator: %v\n%s", err, out)
 	}
-	if out, err := kube.kubectl("admin-token", "explain", "machine.spec"); err != nil || !strings.Contains(out, "cluster") {
-		t.Fatalf("kubectl explain machine through the aggregator: %v\n%s", err, out)
+	// The aggregator fetches muster's OpenAPI on its own schedule, a moment
+	// after the APIService is Available: explain works once it has.
+	explained := func() (string, error) { return kube.kubectl("admin-token", "explain", "machine.spec") }
+	deadline := time.Now().Add(60 * time.Second)
+	explanation, err := explained()
+	for (err != nil || !strings.Contains(explanation, "cluster")) && time.Now().Before(deadline) {
+		time.Sleep(time.Second)
+		explanation, err = explained()
+	}
+	if err != nil || !strings.Contains(explanation, "cluster") {
+		index, _ := kube.kubectl("admin-token", "get", "--raw", "/openapi/v3")
+		gv, _ := kube.kubectl("admin-token", "get", "--raw", "/openapi/v3/apis/muster.io/v1alpha1")
+		t.Fatalf("kubectl explain machine through the aggregator: %v\n%s\n--- the aggregator's /openapi/v3 ---\n%s\n--- its muster.io/v1alpha1 ---\n%s\n--- kube-apiserver ---\n%s",
+			err, explanation, lastLines(index, 40), tail(gv, 1500), lastLines(kube.log.String(), 40))
 	}
 
 	// A watch through the aggregator sees a machine that joins muster directly.
