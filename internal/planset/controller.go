@@ -12,9 +12,6 @@ package planset
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -25,9 +22,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/muster-io/muster/internal/reconcile"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 	informers "github.com/muster-io/muster/pkg/client/informers/externalversions"
@@ -48,7 +45,7 @@ type Controller struct {
 	sets     listers.MachinePlanSetLister
 	machines listers.MachineLister
 	plans    listers.MachinePlanLister
-	kick     chan struct{}
+	loop     *reconcile.Loop
 	// expect holds, by plan name, the writes this controller made that
 	// its cache does not show yet. Until it does, the plan is taken to be
 	// as written: a lagging cache would otherwise have the controller
@@ -69,50 +66,26 @@ func NewController(client versioned.Interface, factory informers.SharedInformerF
 	v := factory.Muster().V1alpha1()
 	c := &Controller{
 		client: client, sets: v.MachinePlanSets().Lister(), machines: v.Machines().Lister(), plans: v.MachinePlans().Lister(),
-		kick: make(chan struct{}, 1), expect: map[string]expectation{},
+		loop: reconcile.NewLoop(), expect: map[string]expectation{},
 	}
-	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.poke() },
-		UpdateFunc: func(any, any) { c.poke() },
-		DeleteFunc: func(any) { c.poke() },
-	}
-	_, _ = v.MachinePlanSets().Informer().AddEventHandler(handler)
-	_, _ = v.Machines().Informer().AddEventHandler(handler)
-	_, _ = v.MachinePlans().Informer().AddEventHandler(handler)
+	_, _ = v.MachinePlanSets().Informer().AddEventHandler(c.loop.Handler())
+	_, _ = v.Machines().Informer().AddEventHandler(c.loop.Handler())
+	_, _ = v.MachinePlans().Informer().AddEventHandler(c.loop.Handler())
 	return c
-}
-
-func (c *Controller) poke() {
-	select {
-	case c.kick <- struct{}{}:
-	default:
-	}
 }
 
 // Run reconciles until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
-	t := time.NewTicker(resync)
-	defer t.Stop()
-	for {
+	c.loop.Run(ctx, resync, func(ctx context.Context) {
 		if err := c.reconcileAll(ctx); err != nil && ctx.Err() == nil {
 			klog.ErrorS(err, "Reconciling machine plan sets")
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.kick:
-		case <-t.C:
-		}
-	}
+	})
 }
 
-// Revision is the content hash of a template: a set's plans of another
+// Revision is the revision of a set's template: its plans of another
 // revision are its old ones.
-func Revision(t api.MachinePlanSpec) string {
-	b, _ := json.Marshal(t)
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])[:10]
-}
+func Revision(t api.MachinePlanSpec) string { return reconcile.Revision(t) }
 
 // compiledSet is a set with its selector parsed once per pass.
 type compiledSet struct {

@@ -18,8 +18,6 @@ package pool
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	mrand "math/rand/v2"
@@ -33,11 +31,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/driver"
 	"github.com/muster-io/muster/internal/jointoken"
+	"github.com/muster-io/muster/internal/reconcile"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 	informers "github.com/muster-io/muster/pkg/client/informers/externalversions"
@@ -65,7 +63,7 @@ type Controller struct {
 	machines  listers.MachineLister
 	drivers   *driver.Registry
 	serverURL string
-	kick      chan struct{}
+	loop      *reconcile.Loop
 	// expect is what this controller did that its cache has not shown
 	// yet. Reconciling before the cache catches up would count a Machine
 	// just created as missing and make another.
@@ -136,29 +134,15 @@ func (e *expectations) pending(pool string, ms []*api.Machine) bool {
 // NewController registers its informers with factory.
 func NewController(client versioned.Interface, factory informers.SharedInformerFactory, drivers *driver.Registry, serverURL string) *Controller {
 	v := factory.Muster().V1alpha1()
-	c := &Controller{client: client, pools: v.MachinePools().Lister(), machines: v.Machines().Lister(), drivers: drivers, serverURL: serverURL, kick: make(chan struct{}, 1)}
-	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.poke() },
-		UpdateFunc: func(any, any) { c.poke() },
-		DeleteFunc: func(any) { c.poke() },
-	}
-	_, _ = v.MachinePools().Informer().AddEventHandler(handler)
-	_, _ = v.Machines().Informer().AddEventHandler(handler)
+	c := &Controller{client: client, pools: v.MachinePools().Lister(), machines: v.Machines().Lister(), drivers: drivers, serverURL: serverURL, loop: reconcile.NewLoop()}
+	_, _ = v.MachinePools().Informer().AddEventHandler(c.loop.Handler())
+	_, _ = v.Machines().Informer().AddEventHandler(c.loop.Handler())
 	return c
-}
-
-func (c *Controller) poke() {
-	select {
-	case c.kick <- struct{}{}:
-	default:
-	}
 }
 
 // Run reconciles until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
-	t := time.NewTicker(resync)
-	defer t.Stop()
-	for {
+	c.loop.Run(ctx, resync, func(ctx context.Context) {
 		pools, err := c.pools.List(labels.Everything())
 		if err == nil {
 			for _, p := range pools {
@@ -169,22 +153,12 @@ func (c *Controller) Run(ctx context.Context) {
 			}
 		}
 		c.releaseOrphans(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.kick:
-		case <-t.C:
-		}
-	}
+	})
 }
 
-// Revision is the content hash of a template: machines made from another
-// revision are the pool's old ones.
-func Revision(t api.MachineTemplate) string {
-	b, _ := json.Marshal(t)
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])[:10]
-}
+// Revision is the revision of a pool's template: machines made from
+// another are the pool's old ones.
+func Revision(t api.MachineTemplate) string { return reconcile.Revision(t) }
 
 func (c *Controller) reconcile(ctx context.Context, p *api.MachinePool) error {
 	sel := labels.SelectorFromSet(labels.Set{api.PoolLabel: p.Name})
