@@ -119,8 +119,11 @@ func RunPlans(ctx context.Context, client versioned.Interface, machine string, o
 			// a snapshot, a connection that died quietly); once a minute
 			// the plan is read from the server's watch cache as well, so
 			// a missed change costs a minute, not the 10-minute resync.
-			if fresh, ferr := client.MusterV1alpha1().MachinePlans().Get(ctx, machine, metav1.GetOptions{ResourceVersion: "0"}); ferr == nil &&
-				(err != nil || newer(fresh.ResourceVersion, plan.ResourceVersion)) {
+			fresh, ferr := client.MusterV1alpha1().MachinePlans().Get(ctx, machine, metav1.GetOptions{ResourceVersion: "0"})
+			switch {
+			case ferr != nil:
+				r.opts.Say("reading plan %s: %v; the watch carries on", machine, ferr)
+			case err != nil || newer(fresh.ResourceVersion, plan.ResourceVersion):
 				plan, err = fresh, nil
 			}
 		}

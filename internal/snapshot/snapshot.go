@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -225,7 +226,8 @@ func Copy(ctx context.Context, from, to *clientv3.Client, backend string) (Resul
 	return write(ctx, to, h, entries, start)
 }
 
-// floorKey is written over and over to raise a new datastore's revision.
+// floorKey prefixes the keys written over and over to raise a new
+// datastore's revision.
 const floorKey = "/muster-restore/revision-floor"
 
 // raiseRevision brings the target's revision past the source's before
@@ -233,45 +235,58 @@ const floorKey = "/muster-restore/revision-floor"
 // the old datastore; on one whose revisions are lower, their watches would
 // ask for a future revision and wait for it instead of receiving changes.
 // Revisions are the datastore's own, so the only portable way up is
-// writes: one key, rewritten, then deleted.
+// writes. Each worker rewrites a key of its own: kine drops a put that
+// races another put of the same key without an error, so one shared key
+// raised the revision by far less than the puts sent. The loop goes on
+// until the datastore says its revision is past floor.
 func raiseRevision(ctx context.Context, c *clientv3.Client, floor int64) error {
-	resp, err := c.Get(ctx, floorKey)
+	resp, err := c.Get(ctx, floorKey, clientv3.WithPrefix())
 	if err != nil {
 		return fmt.Errorf("reading the target datastore's revision: %w", err)
 	}
-	rev := resp.Header.Revision
+	if resp.Header.Revision > floor {
+		return nil
+	}
 	const workers = 8
-	todo := make(chan struct{}, workers)
 	errs := make(chan error, workers)
-	for range workers {
+	var done atomic.Bool
+	for w := range workers {
 		go func() {
-			for range todo {
-				if _, err := c.Put(ctx, floorKey, ""); err != nil {
+			key := fmt.Sprintf("%s/%d", floorKey, w)
+			for !done.Load() {
+				r, err := c.Put(ctx, key, "")
+				if err != nil {
 					errs <- err
-					for range todo {
-					}
 					return
+				}
+				if r.Header.Revision > floor {
+					done.Store(true)
 				}
 			}
 			errs <- nil
 		}()
 	}
-	for ; rev < floor; rev++ {
-		todo <- struct{}{}
-	}
-	close(todo)
+	var firstErr error
 	for range workers {
-		if err := <-errs; err != nil {
-			return fmt.Errorf("raising the target datastore's revision past %d: %w", floor, err)
+		if err := <-errs; err != nil && firstErr == nil {
+			firstErr = err
+			done.Store(true)
 		}
 	}
+	if firstErr != nil {
+		return fmt.Errorf("raising the target datastore's revision past %d: %w", floor, firstErr)
+	}
 	// kine deletes only in a transaction that names the revision.
-	got, err := c.Get(ctx, floorKey)
-	if err != nil || len(got.Kvs) == 0 {
+	got, err := c.Get(ctx, floorKey, clientv3.WithPrefix())
+	if err != nil {
 		return err
 	}
-	_, err = c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(floorKey), "=", got.Kvs[0].ModRevision)).Then(clientv3.OpDelete(floorKey)).Else(clientv3.OpGet(floorKey)).Commit()
-	return err
+	for _, kv := range got.Kvs {
+		if _, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).Then(clientv3.OpDelete(string(kv.Key))).Else(clientv3.OpGet(string(kv.Key))).Commit(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // write creates every key, a few transactions at a time; each is a
