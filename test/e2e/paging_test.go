@@ -15,7 +15,9 @@ import (
 
 // TestListPagingWithGeneratedClient: the typed clientset Go users get pages
 // through a list with continue tokens, on each backend, and kubectl's
-// chunked list shows every object.
+// chunked list shows every object. Every page shows the list as of the
+// first one, however the machines change in between, and is read from the
+// watch cache's snapshot of that revision, not from the datastore.
 func TestListPagingWithGeneratedClient(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, endpoint string) {
 		s := startServer(t, endpoint)
@@ -32,6 +34,10 @@ func TestListPagingWithGeneratedClient(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		fromDatastore := func() float64 {
+			return metricSum(s.mustKubectl("get", "--raw", "/metrics"), `apiserver_storage_list_total{group="muster.io",index="",resource="machines",storage="etcd"}`)
+		}
+		before := fromDatastore()
 		seen, pages, cont := map[string]bool{}, 0, ""
 		for {
 			list, err := machines.List(ctx, metav1.ListOptions{Limit: 3, Continue: cont})
@@ -39,6 +45,15 @@ func TestListPagingWithGeneratedClient(t *testing.T) {
 				t.Fatal(err)
 			}
 			pages++
+			if pages == 1 {
+				// Changes after the first page are not in the walk.
+				if _, err := machines.Create(ctx, &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "page-late"}, Spec: v1alpha1.MachineSpec{Cluster: "c"}}, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				if err := machines.Delete(ctx, fmt.Sprintf("page-%d", total-1), metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if len(list.Items) > 3 {
 				t.Fatalf("page of %d items with limit 3", len(list.Items))
 			}
@@ -49,11 +64,14 @@ func TestListPagingWithGeneratedClient(t *testing.T) {
 				break
 			}
 		}
-		if len(seen) != total || pages != 3 {
-			t.Errorf("paged list saw %d machines in %d pages; want %d in 3", len(seen), pages, total)
+		if len(seen) != total || pages != 3 || seen["page-late"] {
+			t.Errorf("paged list saw %d machines in %d pages (%v); want the %d there were at its first page, in 3", len(seen), pages, seen, total)
+		}
+		if after := fromDatastore(); after != before {
+			t.Errorf("the paged walk read the datastore %v times; every page should come from the watch cache", after-before)
 		}
 		out := s.mustKubectl("get", "machines", "--chunk-size=2", "-o", "name")
-		for i := 0; i < total; i++ {
+		for i := 0; i < total-1; i++ {
 			if want := fmt.Sprintf("machine.muster.io/page-%d", i); !strings.Contains(out, want) {
 				t.Errorf("chunked kubectl get lacks %s:\n%s", want, out)
 			}
