@@ -53,7 +53,7 @@ func newTokenCommand(cfg *server.Config) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tok, err := jointoken.Create(cmd.Context(), c, opts)
+			tok, err := jointoken.Create(cmd.Context(), c.MusterV1alpha1(), opts)
 			if err != nil {
 				return err
 			}
@@ -79,7 +79,7 @@ func newTokenCommand(cfg *server.Config) *cobra.Command {
 				return err
 			}
 			if output == "" {
-				return jointoken.List(cmd.Context(), c, cmd.OutOrStdout())
+				return jointoken.List(cmd.Context(), c.MusterV1alpha1(), cmd.OutOrStdout())
 			}
 			return printTokens(cmd, c, output)
 		},
@@ -92,7 +92,7 @@ func newTokenCommand(cfg *server.Config) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			already, err := jointoken.Revoke(cmd.Context(), c, args[0])
+			already, err := jointoken.Revoke(cmd.Context(), c.MusterV1alpha1(), args[0])
 			if err != nil {
 				return err
 			}

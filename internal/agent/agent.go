@@ -28,7 +28,7 @@ import (
 	"github.com/muster-io/muster/internal/logformat"
 	"github.com/muster-io/muster/internal/pki"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
-	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+	musterclient "github.com/muster-io/muster/pkg/client/clientset/versioned/typed/muster/v1alpha1"
 )
 
 // Config is muster-agent's configuration, one field per flag.
@@ -325,7 +325,7 @@ func (a *agent) join(ctx context.Context, id nodeCredentials) (string, error) {
 		return "", err
 	}
 
-	bootstrap, err := versioned.NewForConfig(&rest.Config{
+	bootstrap, err := musterclient.NewForConfig(&rest.Config{
 		Host: a.cfg.Server, BearerToken: tok.Bearer(), TLSClientConfig: rest.TLSClientConfig{CAData: ca},
 	})
 	if err != nil {
@@ -357,7 +357,7 @@ func (a *agent) join(ctx context.Context, id nodeCredentials) (string, error) {
 
 // request asks for a certificate for this machine: with the join token
 // when joining, with the current certificate when renewing.
-func (a *agent) request(ctx context.Context, c versioned.Interface, id nodeCredentials) (*api.ClusterRegistration, []byte, error) {
+func (a *agent) request(ctx context.Context, c musterclient.MusterV1alpha1Interface, id nodeCredentials) (*api.ClusterRegistration, []byte, error) {
 	return Register(ctx, c, Registration{
 		NodeName: id.nodeName, ClientID: id.clientID, NodePassword: id.nodePassword,
 		Labels: a.cfg.Labels, Roles: a.cfg.Roles, Addresses: addresses(),
@@ -467,7 +467,7 @@ func (a *agent) checkCertificate(ctx context.Context) (string, *api.Machine, err
 	name := strings.TrimPrefix(cert.Subject.CommonName, "muster:machine:")
 	backoff := time.Second
 	for {
-		m, err := c.MusterV1alpha1().Machines().Get(ctx, name, metav1.GetOptions{})
+		m, err := c.Machines().Get(ctx, name, metav1.GetOptions{})
 		if err == nil || refused(err) || ctx.Err() != nil || !transient(err) {
 			return name, m, err
 		}
@@ -537,7 +537,7 @@ func sameSet(a, b []string) bool {
 // opened with the old certificate, so a voided certificate would keep being
 // used; a session owns its connections and closes them when it ends.
 type session struct {
-	versioned.Interface
+	musterclient.MusterV1alpha1Interface
 	transport *http.Transport
 }
 
@@ -582,9 +582,9 @@ func (a *agent) client() (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := versioned.NewForConfigAndClient(cfg, &http.Client{Transport: rt})
+	c, err := musterclient.NewForConfigAndClient(cfg, &http.Client{Transport: rt})
 	if err != nil {
 		return nil, err
 	}
-	return &session{Interface: c, transport: transport}, nil
+	return &session{MusterV1alpha1Interface: c, transport: transport}, nil
 }

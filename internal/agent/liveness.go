@@ -7,7 +7,7 @@ import (
 	"time"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
-	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+	musterclient "github.com/muster-io/muster/pkg/client/clientset/versioned/typed/muster/v1alpha1"
 )
 
 // HeartbeatInterval is how often the agent shows the server it is alive.
@@ -22,7 +22,7 @@ const learnEvery = 6
 
 // checkIn reports the agent's version and addresses; it reports whether
 // the Machine now shows them.
-func (a *agent) checkIn(ctx context.Context, c versioned.Interface, machine string) error {
+func (a *agent) checkIn(ctx context.Context, c musterclient.MusterV1alpha1Interface, machine string) error {
 	err := CheckIn(ctx, c, machine, addresses())
 	if err != nil {
 		a.say("checking in: %v", err)
@@ -40,7 +40,7 @@ const voidAfter = 15 * time.Second
 // a check-in has succeeded. When the server refuses the certificate (403
 // "machine ... no longer exists" once the Machine is deleted, or 401) for
 // voidAfter, it tells Run the Machine is gone.
-func (a *agent) heartbeat(ctx context.Context, c versioned.Interface, machine string) {
+func (a *agent) heartbeat(ctx context.Context, c musterclient.MusterV1alpha1Interface, machine string) {
 	checkedIn := false
 	var refusedSince, lostSince time.Time
 	// One timer for the agent's life, reset each beat.

@@ -15,12 +15,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
-	"github.com/muster-io/muster/pkg/client/clientset/versioned"
-	informers "github.com/muster-io/muster/pkg/client/informers/externalversions"
+	musterclient "github.com/muster-io/muster/pkg/client/clientset/versioned/typed/muster/v1alpha1"
+	listers "github.com/muster-io/muster/pkg/client/listers/muster/v1alpha1"
 )
 
 const (
@@ -74,35 +76,44 @@ type PlanOptions struct {
 // succeeded or failed with the output and the failure count.
 type planRunner struct {
 	opts    PlanOptions
-	client  versioned.Interface
+	client  musterclient.MusterV1alpha1Interface
 	machine string
 	kick    chan struct{}
 	// stopProbes ends the probe loop of the plan applied last.
 	stopProbes context.CancelFunc
 }
 
-func (a *agent) runPlans(ctx context.Context, client versioned.Interface, machine string) {
+func (a *agent) runPlans(ctx context.Context, client musterclient.MusterV1alpha1Interface, machine string) {
 	RunPlans(ctx, client, machine, PlanOptions{Executor: Host{}, Say: a.say})
 }
 
 // RunPlans watches the machine's own MachinePlan with its certificate's
 // client and applies each new plan with opts.Executor, until ctx ends.
-func RunPlans(ctx context.Context, client versioned.Interface, machine string, opts PlanOptions) {
+func RunPlans(ctx context.Context, client musterclient.MusterV1alpha1Interface, machine string, opts PlanOptions) {
 	if opts.Say == nil {
 		opts.Say = func(string, ...interface{}) {}
 	}
 	r := &planRunner{opts: opts, client: client, machine: machine, kick: make(chan struct{}, 1)}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 10*time.Minute,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			// Only its own plan: the server authorizes nothing else.
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", machine).String()
-		}))
-	plans := factory.Muster().V1alpha1().MachinePlans()
-	_, _ = plans.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// Only its own plan: the server authorizes nothing else. A bare
+	// informer, not the generated factory: the factory's clientset would
+	// link every Kubernetes API group into the agent.
+	own := fields.OneTermEqualSelector("metadata.name", machine).String()
+	informer := cache.NewSharedIndexInformer(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = own
+			return client.MachinePlans().List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = own
+			return client.MachinePlans().Watch(ctx, o)
+		},
+	}, &api.MachinePlan{}, 10*time.Minute, cache.Indexers{})
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(interface{}) { r.poke() },
 		UpdateFunc: func(_, _ interface{}) { r.poke() },
 	})
-	factory.Start(ctx.Done())
+	go informer.RunWithContext(ctx)
+	plans := listers.NewMachinePlanLister(informer.GetIndexer())
 	retry := time.Duration(0)
 	for {
 		ticked := false
@@ -113,13 +124,13 @@ func RunPlans(ctx context.Context, client versioned.Interface, machine string, o
 		case <-time.After(max(retry, time.Minute)):
 			ticked = true
 		}
-		plan, err := plans.Lister().Get(machine)
+		plan, err := plans.Get(machine)
 		if ticked {
 			// A watch can stall without an error (a server restored from
 			// a snapshot, a connection that died quietly); once a minute
 			// the plan is read from the server's watch cache as well, so
 			// a missed change costs a minute, not the 10-minute resync.
-			fresh, ferr := client.MusterV1alpha1().MachinePlans().Get(ctx, machine, metav1.GetOptions{ResourceVersion: "0"})
+			fresh, ferr := client.MachinePlans().Get(ctx, machine, metav1.GetOptions{ResourceVersion: "0"})
 			switch {
 			case ferr != nil:
 				r.opts.Say("reading plan %s: %v; the watch carries on", machine, ferr)
@@ -176,7 +187,7 @@ func (r *planRunner) apply(ctx context.Context, plan *api.MachinePlan) (bool, er
 	if st.State == api.PlanStateFailed && st.FailureCount >= max {
 		return false, nil // failed for good; a new plan resets it
 	}
-	plans := r.client.MusterV1alpha1().MachinePlans()
+	plans := r.client.MachinePlans()
 	if plan.Spec.ChangesMachine() {
 		// Recorded before anything runs: a crash from here on leaves
 		// in-progress, which a restart runs again.
@@ -289,7 +300,7 @@ func (r *planRunner) probeLoop(ctx context.Context, p api.PlanProbe, pr Prober, 
 
 // reportProbe writes one probe's status into the plan's status.
 func (r *planRunner) reportProbe(ctx context.Context, st api.ProbeStatus) {
-	plans := r.client.MusterV1alpha1().MachinePlans()
+	plans := r.client.MachinePlans()
 	_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		plan, err := plans.Get(ctx, r.machine, metav1.GetOptions{})
 		if err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/muster-io/muster/internal/pki"
 	"github.com/muster-io/muster/internal/version"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
-	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+	musterclient "github.com/muster-io/muster/pkg/client/clientset/versioned/typed/muster/v1alpha1"
 )
 
 // The agent's protocol, shared with `muster-agent simulate` so that a load
@@ -62,7 +62,7 @@ type Registration struct {
 // grant; it returns the granted registration and the key. c carries the
 // join token when joining, the current certificate when renewing. An error
 // IsFinal when the server refused; any other may pass if tried again.
-func Register(ctx context.Context, c versioned.Interface, id Registration, say func(format string, args ...interface{})) (*api.ClusterRegistration, []byte, error) {
+func Register(ctx context.Context, c musterclient.MusterV1alpha1Interface, id Registration, say func(format string, args ...interface{})) (*api.ClusterRegistration, []byte, error) {
 	key, keyPEM, err := pki.NewPrivateKey()
 	if err != nil {
 		return nil, nil, err
@@ -80,7 +80,7 @@ func Register(ctx context.Context, c versioned.Interface, id Registration, say f
 			AgentVersion: version.Version, Addresses: id.Addresses,
 		},
 	}
-	regs := c.MusterV1alpha1().ClusterRegistrations()
+	regs := c.ClusterRegistrations()
 	say("registering node %s (clientID %s)", id.NodeName, id.ClientID)
 	created, err := regs.Create(ctx, reg, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -150,8 +150,8 @@ func RetryWait(err error, backoff time.Duration) time.Duration { return retryWai
 // CheckIn makes the Machine show the agent's version and addresses,
 // writing only when they changed: a read from the server's watch cache,
 // and a conflict means it lagged, so the retry reads the stored object.
-func CheckIn(ctx context.Context, c versioned.Interface, machine string, addrs []api.MachineAddress) error {
-	machines := c.MusterV1alpha1().Machines()
+func CheckIn(ctx context.Context, c musterclient.MusterV1alpha1Interface, machine string, addrs []api.MachineAddress) error {
+	machines := c.Machines()
 	read := metav1.GetOptions{ResourceVersion: "0"}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		m, err := machines.Get(ctx, machine, read)
@@ -170,6 +170,6 @@ func CheckIn(ctx context.Context, c versioned.Interface, machine string, addrs [
 
 // Heartbeat shows the server the agent is alive (api.HeartbeatPath): the
 // server notes it in memory, at no datastore cost.
-func Heartbeat(ctx context.Context, c versioned.Interface) error {
-	return c.MusterV1alpha1().RESTClient().Get().AbsPath(api.HeartbeatPath).Do(ctx).Error()
+func Heartbeat(ctx context.Context, c musterclient.MusterV1alpha1Interface) error {
+	return c.RESTClient().Get().AbsPath(api.HeartbeatPath).Do(ctx).Error()
 }

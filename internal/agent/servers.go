@@ -15,7 +15,7 @@ import (
 
 	"github.com/muster-io/muster/internal/agent/loadbalancer"
 	"github.com/muster-io/muster/internal/serverendpoint"
-	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+	musterclient "github.com/muster-io/muster/pkg/client/clientset/versioned/typed/muster/v1alpha1"
 )
 
 // lbStateFile keeps the servers the load balancer learned, with the
@@ -84,11 +84,11 @@ func (a *agent) startLoadBalancer(ctx context.Context) error {
 
 // learnServers gives the load balancer the live ServerEndpoints. A failed
 // or empty answer keeps what it knows.
-func (a *agent) learnServers(ctx context.Context, c versioned.Interface) {
+func (a *agent) learnServers(ctx context.Context, c musterclient.MusterV1alpha1Interface) {
 	if a.lb == nil {
 		return
 	}
-	list, err := c.MusterV1alpha1().ServerEndpoints().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	list, err := c.ServerEndpoints().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	if err != nil {
 		return
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/muster-io/muster/internal/pki"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
-	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+	musterclient "github.com/muster-io/muster/pkg/client/clientset/versioned/typed/muster/v1alpha1"
 )
 
 // CreateOptions are what an operator chooses for a new token.
@@ -29,13 +29,13 @@ type CreateOptions struct {
 // Create makes a ClusterRegistrationToken holding only the secret's hash and
 // returns the full token, to be shown once. The CA pin is the hash of what
 // the server serves on /cacerts, exactly what an agent will check.
-func Create(ctx context.Context, c versioned.Interface, opts CreateOptions) (Token, error) {
-	ca, err := c.Discovery().RESTClient().Get().AbsPath("/cacerts").DoRaw(ctx)
+func Create(ctx context.Context, c musterclient.MusterV1alpha1Interface, opts CreateOptions) (Token, error) {
+	ca, err := c.RESTClient().Get().AbsPath("/cacerts").DoRaw(ctx)
 	if err != nil {
 		return Token{}, fmt.Errorf("reading the server's CA from /cacerts: %w", err)
 	}
 	if opts.Cluster != "" {
-		if _, err := c.MusterV1alpha1().Clusters().Get(ctx, opts.Cluster, metav1.GetOptions{}); err != nil {
+		if _, err := c.Clusters().Get(ctx, opts.Cluster, metav1.GetOptions{}); err != nil {
 			return Token{}, fmt.Errorf("cluster %q: %w; create it first or omit --cluster", opts.Cluster, err)
 		}
 	}
@@ -57,7 +57,7 @@ func Create(ctx context.Context, c versioned.Interface, opts CreateOptions) (Tok
 		if opts.TTL > 0 {
 			obj.Spec.TTL = &metav1.Duration{Duration: opts.TTL}
 		}
-		_, err = c.MusterV1alpha1().ClusterRegistrationTokens().Create(ctx, obj, metav1.CreateOptions{})
+		_, err = c.ClusterRegistrationTokens().Create(ctx, obj, metav1.CreateOptions{})
 		if errors.IsAlreadyExists(err) && attempt < 3 {
 			continue // a random id collided; draw another
 		}
@@ -72,8 +72,8 @@ func Create(ctx context.Context, c versioned.Interface, opts CreateOptions) (Tok
 // Revoking a revoked token changes nothing and is not an error, so the
 // command can be retried; an expired token cannot be revoked (the state
 // machine has no such move) and the server's 422 says so.
-func Revoke(ctx context.Context, c versioned.Interface, id string) (alreadyRevoked bool, err error) {
-	tokens := c.MusterV1alpha1().ClusterRegistrationTokens()
+func Revoke(ctx context.Context, c musterclient.MusterV1alpha1Interface, id string) (alreadyRevoked bool, err error) {
+	tokens := c.ClusterRegistrationTokens()
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		t, err := tokens.Get(ctx, id, metav1.GetOptions{})
 		if err != nil {
@@ -92,8 +92,8 @@ func Revoke(ctx context.Context, c versioned.Interface, id string) (alreadyRevok
 }
 
 // List prints every token as a table.
-func List(ctx context.Context, c versioned.Interface, w io.Writer) error {
-	list, err := c.MusterV1alpha1().ClusterRegistrationTokens().List(ctx, metav1.ListOptions{})
+func List(ctx context.Context, c musterclient.MusterV1alpha1Interface, w io.Writer) error {
+	list, err := c.ClusterRegistrationTokens().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("listing tokens: %w", err)
 	}

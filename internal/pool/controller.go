@@ -368,7 +368,7 @@ func createdAt(m *api.Machine) time.Time {
 
 func (c *Controller) create(ctx context.Context, d driver.Driver, p *api.MachinePool, rev string) error {
 	name := p.Name + "-" + randomSuffix()
-	tok, err := jointoken.Create(ctx, c.client, jointoken.CreateOptions{
+	tok, err := jointoken.Create(ctx, c.client.MusterV1alpha1(), jointoken.CreateOptions{
 		TTL: tokenTTL, Cluster: p.Spec.Cluster, MaxUses: 1, Description: "machine " + name + " of pool " + p.Name,
 	})
 	if err != nil {

@@ -134,7 +134,7 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 	// fetched per server per PeerPollInterval (about 40 bytes a machine
 	// heard in the last 10 minutes); a new leader starts with them too.
 	go lifecycle.PollPeers(ctx, c.liveness, endpoints.Lister(), c.self, c.peerTLS)
-	go serverendpoint.Publish(ctx, client, c.self, c.address)
+	go serverendpoint.Publish(ctx, client.MusterV1alpha1(), c.self, c.address)
 	electionCtx, stopElection := context.WithCancel(ctx)
 	c.stopElection, c.elected = stopElection, make(chan struct{})
 	go func() {
@@ -170,7 +170,7 @@ func (c *controllers) lead(term context.Context) {
 	// those reports arrive (PollPeers, started with the server), count the
 	// start of the term as a hearing.
 	c.liveness.Begin()
-	go serverendpoint.Sweep(term, c.client, endpoints.Lister())
+	go serverendpoint.Sweep(term, c.client.MusterV1alpha1(), endpoints.Lister())
 	go granter.Run(term, controllerWorkers)
 	go housekeeper.Run(term)
 	go pools.Run(term)
@@ -194,7 +194,7 @@ func (c *controllers) stepDown() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	serverendpoint.Withdraw(ctx, c.client, c.self)
+	serverendpoint.Withdraw(ctx, c.client.MusterV1alpha1(), c.self)
 	return nil
 }
 

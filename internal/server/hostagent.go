@@ -51,7 +51,7 @@ func mintHostToken(ctx context.Context, loopback *rest.Config) (string, error) {
 	}
 	var lastErr error
 	for attempt := 0; attempt < 30; attempt++ {
-		tok, err := jointoken.Create(ctx, client, jointoken.CreateOptions{
+		tok, err := jointoken.Create(ctx, client.MusterV1alpha1(), jointoken.CreateOptions{
 			TTL: hostAgentTokenTTL, MaxUses: 1, Description: "muster-server --with-agent: this server's own host",
 		})
 		if err == nil {

@@ -16,7 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
-	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+	musterclient "github.com/muster-io/muster/pkg/client/clientset/versioned/typed/muster/v1alpha1"
 	listers "github.com/muster-io/muster/pkg/client/listers/muster/v1alpha1"
 )
 
@@ -44,7 +44,7 @@ func Live(e *api.ServerEndpoint, now time.Time) bool {
 // Publish creates or renews this server's endpoint every RenewInterval
 // until ctx ends. Withdraw it separately on a clean shutdown, while the API
 // still serves.
-func Publish(ctx context.Context, client versioned.Interface, name, address string) {
+func Publish(ctx context.Context, client musterclient.MusterV1alpha1Interface, name, address string) {
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		if err := renew(ctx, client, name, address); err != nil && ctx.Err() == nil {
 			klog.ErrorS(err, "Renewing this server's ServerEndpoint failed; retrying", "endpoint", name)
@@ -52,8 +52,8 @@ func Publish(ctx context.Context, client versioned.Interface, name, address stri
 	}, RenewInterval)
 }
 
-func renew(ctx context.Context, client versioned.Interface, name, address string) error {
-	endpoints := client.MusterV1alpha1().ServerEndpoints()
+func renew(ctx context.Context, client musterclient.MusterV1alpha1Interface, name, address string) error {
+	endpoints := client.ServerEndpoints()
 	now := metav1.Now()
 	status := api.ServerEndpointStatus{RenewTime: &now, LeaseDurationSeconds: int32(LeaseDuration / time.Second)}
 	e, err := endpoints.Get(ctx, name, metav1.GetOptions{})
@@ -82,8 +82,8 @@ func renew(ctx context.Context, client versioned.Interface, name, address string
 
 // Withdraw deletes this server's endpoint, so agents stop choosing it
 // before it stops answering.
-func Withdraw(ctx context.Context, client versioned.Interface, name string) {
-	err := client.MusterV1alpha1().ServerEndpoints().Delete(ctx, name, metav1.DeleteOptions{})
+func Withdraw(ctx context.Context, client musterclient.MusterV1alpha1Interface, name string) {
+	err := client.ServerEndpoints().Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		klog.ErrorS(err, "Withdrawing this server's ServerEndpoint failed; it lapses on its own", "endpoint", name, "after", LeaseDuration)
 		return
@@ -95,7 +95,7 @@ func Withdraw(ctx context.Context, client versioned.Interface, name string) {
 // servers that stopped renewing without withdrawing. Only the controller
 // leader runs it. The delete is conditional on the resourceVersion seen,
 // so a server that renews at the same moment keeps its endpoint.
-func Sweep(ctx context.Context, client versioned.Interface, lister listers.ServerEndpointLister) {
+func Sweep(ctx context.Context, client musterclient.MusterV1alpha1Interface, lister listers.ServerEndpointLister) {
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		all, err := lister.List(labels.Everything())
 		if err != nil {
@@ -107,7 +107,7 @@ func Sweep(ctx context.Context, client versioned.Interface, lister listers.Serve
 				continue
 			}
 			rv := e.ResourceVersion
-			err := client.MusterV1alpha1().ServerEndpoints().Delete(ctx, e.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+			err := client.ServerEndpoints().Delete(ctx, e.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
 			if err == nil {
 				klog.InfoS("Deleted the endpoint of a server that stopped renewing it", "endpoint", e.Name, "address", e.Spec.Address)
 			}

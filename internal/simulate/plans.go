@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
-	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+	musterclient "github.com/muster-io/muster/pkg/client/clientset/versioned/typed/muster/v1alpha1"
 )
 
 // planFile is the file each simulated plan change writes (on paper: the
@@ -38,7 +38,7 @@ type change struct {
 // agent records in-progress and then succeeded, like the real agent; its
 // latency runs from the server's answer to the update to the agent's
 // report of it applied (PlanLatencies).
-func (f *Fleet) ChangePlans(ctx context.Context, admin versioned.Interface, perSecond float64) error {
+func (f *Fleet) ChangePlans(ctx context.Context, admin musterclient.MusterV1alpha1Interface, perSecond float64) error {
 	if perSecond <= 0 {
 		return nil
 	}
@@ -53,7 +53,7 @@ func (f *Fleet) ChangePlans(ctx context.Context, admin versioned.Interface, perS
 	if len(machines) == 0 {
 		return fmt.Errorf("no simulated machine has joined: nothing to change plans of")
 	}
-	plans := admin.MusterV1alpha1().MachinePlans()
+	plans := admin.MachinePlans()
 	tick := time.NewTicker(time.Duration(float64(time.Second) / perSecond))
 	defer tick.Stop()
 	changed := false

@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+	musterclient "github.com/muster-io/muster/pkg/client/clientset/versioned/typed/muster/v1alpha1"
 )
 
 // Run is `muster-agent simulate`: it joins the fleet, printing progress
@@ -22,7 +22,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	// broken watch: a thousand lines per server restart. The fleet's own
 	// account (lost the server, back after, errors by kind) replaces them.
 	klog.SetLogger(logr.Discard())
-	var admin versioned.Interface
+	var admin musterclient.MusterV1alpha1Interface
 	if cfg.PlanUpdates > 0 {
 		if cfg.Kubeconfig == "" {
 			return fmt.Errorf("--plan-updates needs --kubeconfig: an admin kubeconfig to change plans with (muster-server kubeconfig)")
@@ -32,7 +32,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 			return fmt.Errorf("--kubeconfig %s: %w", cfg.Kubeconfig, err)
 		}
 		rc.QPS, rc.Burst = -1, 0 // the rate is --plan-updates'
-		if admin, err = versioned.NewForConfig(rc); err != nil {
+		if admin, err = musterclient.NewForConfig(rc); err != nil {
 			return err
 		}
 	}

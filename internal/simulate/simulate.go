@@ -28,7 +28,7 @@ import (
 	"github.com/muster-io/muster/internal/jointoken"
 	"github.com/muster-io/muster/internal/nodepassword"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
-	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+	musterclient "github.com/muster-io/muster/pkg/client/clientset/versioned/typed/muster/v1alpha1"
 )
 
 // Config says what to simulate against which server.
@@ -133,7 +133,7 @@ func (f *Fleet) Applied() int { return int(f.applied.Load()) }
 // time, and starts each one's session as soon as it holds its certificate.
 // progress, if set, is called after each join.
 func (f *Fleet) Join(ctx context.Context, progress func(joined int)) error {
-	bootstrap, err := versioned.NewForConfig(&rest.Config{
+	bootstrap, err := musterclient.NewForConfig(&rest.Config{
 		Host: f.cfg.Server, BearerToken: f.token.Bearer(), QPS: -1,
 		TLSClientConfig: rest.TLSClientConfig{CAData: f.ca},
 	})
@@ -176,7 +176,7 @@ func (f *Fleet) Join(ctx context.Context, progress func(joined int)) error {
 	return firstErr
 }
 
-func (f *Fleet) join(ctx context.Context, c versioned.Interface, a *Agent) error {
+func (f *Fleet) join(ctx context.Context, c musterclient.MusterV1alpha1Interface, a *Agent) error {
 	start := time.Now()
 	reg := agent.Registration{
 		NodeName: a.Name, ClientID: a.clientID, NodePassword: a.password,
@@ -256,7 +256,7 @@ func (f *Fleet) session(ctx context.Context, a *Agent) {
 	}
 	httpClient := &http.Client{Transport: transport}
 	defer httpClient.CloseIdleConnections()
-	c, err := versioned.NewForConfigAndClient(cfg, httpClient)
+	c, err := musterclient.NewForConfigAndClient(cfg, httpClient)
 	if err != nil {
 		return
 	}
@@ -285,7 +285,7 @@ func (a *Agent) addresses() []api.MachineAddress {
 	return []api.MachineAddress{{Type: api.MachineHostName, Address: a.Name}}
 }
 
-func (f *Fleet) heartbeat(ctx context.Context, c versioned.Interface) {
+func (f *Fleet) heartbeat(ctx context.Context, c musterclient.MusterV1alpha1Interface) {
 	// Spread the fleet's heartbeats over the interval.
 	if !sleep(ctx, time.Duration(randUint64()%uint64(f.cfg.HeartbeatInterval))) {
 		return

@@ -321,7 +321,7 @@ func TestTokenUsableAtOnceOnAnotherServer(t *testing.T) {
 	admin := clientVia(t, servers[0], servers[0])
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: servers[1].caPool()}}}
 	for i := 0; i < 5; i++ {
-		tok, err := jointoken.Create(context.Background(), admin, jointoken.CreateOptions{})
+		tok, err := jointoken.Create(context.Background(), admin.MusterV1alpha1(), jointoken.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
