@@ -262,7 +262,11 @@ func (c *Controller) reconcile(ctx context.Context, cs compiledSet, machines []*
 		}
 	}
 	for _, name := range d.revert {
-		if err := c.writePlan(ctx, s, st.revertTo, s.Status.LastCompleteTemplate, name, planOf[name]); err != nil {
+		cur, err := c.forgetApplied(ctx, planOf[name])
+		if err == nil {
+			err = c.writePlan(ctx, s, st.revertTo, s.Status.LastCompleteTemplate, name, cur)
+		}
+		if err != nil {
 			errs = append(errs, err.Error())
 		}
 	}
@@ -352,6 +356,27 @@ func (c *Controller) writePlan(ctx context.Context, s *api.MachinePlanSet, rev s
 	c.expect[machine] = expectation{set: s.Name, revision: rev, at: now}
 	klog.InfoS("Plan set wrote a machine's plan", "set", s.Name, "machine", machine, "revision", rev)
 	return nil
+}
+
+// forgetApplied clears the plan's appliedChecksum before a revert. The
+// reverted spec is the one the machine applied before the failed revision,
+// so its checksum would equal appliedChecksum, and internal/lifecycle
+// takes a Failed machine back to Running only on a plan whose checksum
+// differs from the applied one: the machine would stay Failed for good.
+// The machine ran the failed plan since, so the old applied checksum no
+// longer describes it anyway. Written on the cached resourceVersion: a
+// plan that changed meanwhile is left for the next pass.
+func (c *Controller) forgetApplied(ctx context.Context, p *api.MachinePlan) (*api.MachinePlan, error) {
+	if p == nil || p.Status.AppliedChecksum == "" {
+		return p, nil
+	}
+	p = p.DeepCopy()
+	p.Status.AppliedChecksum = ""
+	out, err := c.client.MusterV1alpha1().MachinePlans().UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("clearing machine %s's applied checksum before reverting its plan: %w", p.Name, err)
+	}
+	return out, nil
 }
 
 // deletePlan removes the plan set wrote for machine, only if it still is
