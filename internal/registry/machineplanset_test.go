@@ -46,11 +46,15 @@ func TestValidatePlanSet(t *testing.T) {
 		{"duplicate partition", func(s *api.MachinePlanSet) {
 			s.Spec.Strategy.Partitions = []api.PlanSetPartition{part("a", "x"), part("a", "y")}
 		}, "Duplicate value"},
-		{"bad partition name", func(s *api.MachinePlanSet) { s.Spec.Strategy.Partitions = []api.PlanSetPartition{part("Bad_Name", "x")} }, "spec.strategy.partitions[0].name"},
+		{"bad partition name", func(s *api.MachinePlanSet) {
+			s.Spec.Strategy.Partitions = []api.PlanSetPartition{part("Bad_Name", "x")}
+		}, "spec.strategy.partitions[0].name"},
 		{"empty partition selector", func(s *api.MachinePlanSet) {
 			s.Spec.Strategy.Partitions = []api.PlanSetPartition{{Name: "all"}}
 		}, "leaves the later ones empty"},
-		{"bad partition selector", func(s *api.MachinePlanSet) { s.Spec.Strategy.Partitions = []api.PlanSetPartition{part("a", "bad value!")} }, "spec.strategy.partitions[0].selector"},
+		{"bad partition selector", func(s *api.MachinePlanSet) {
+			s.Spec.Strategy.Partitions = []api.PlanSetPartition{part("a", "bad value!")}
+		}, "spec.strategy.partitions[0].selector"},
 		{"too many partitions", func(s *api.MachinePlanSet) {
 			for i := 0; i <= api.MaxPlanSetPartitions; i++ {
 				s.Spec.Strategy.Partitions = append(s.Spec.Strategy.Partitions, part(fmt.Sprintf("p%d", i), "x"))
