@@ -373,3 +373,48 @@ func TestPlanSetServerKilledMidRollout(t *testing.T) {
 		}
 	})
 }
+
+// TestPlanSetProgressDeadline: a revision whose plan applies but whose
+// probe never turns healthy fails once progressDeadline passes; with
+// autoRevert the machine goes back to the last complete revision and
+// Running, and the set says ProgressDeadlineExceeded.
+func TestPlanSetProgressDeadline(t *testing.T) {
+	s := startServer(t, "")
+	token := newToken(t, s)
+	out := rolloutAgents(t, s, token, map[string][]string{"pd-1": {"role=deadline"}, "pd-2": {"role=deadline"}})
+	strategy := "  strategy: {maxUnavailable: 1, autoRevert: true, progressDeadline: 10s}\n"
+	applySet(t, s, setDoc("pd", "role: deadline", "v1", strategy))
+	waitSetCondition(t, s, "pd", "Complete", "True")
+	v1 := currentRevision(t, s, "pd")
+
+	sick := setDoc("pd", "role: deadline", "sick", strategy) + `    probes:
+    - name: never
+      periodSeconds: 1
+      failureThreshold: 1
+      exec: {command: /bin/sh, args: ["-c", "exit 1"]}
+`
+	applySet(t, s, sick)
+	sickRev := currentRevision(t, s, "pd")
+	waitSetCondition(t, s, "pd", "Paused", "True")
+	if got := setCondition(s, "pd", "Paused"); !strings.HasSuffix(got, "True ProgressDeadlineExceeded") {
+		t.Errorf("paused for the wrong reason: %q", got)
+	}
+	waitFor(t, 60*time.Second, "the unhealthy machine to be reverted to "+v1, func() bool {
+		if setField(s, "pd", "{.status.failedRevision}") != sickRev {
+			return false
+		}
+		ps := setPlans(t, s, "pd")
+		return len(ps) == 2 && ps["pd-1"].revision == v1 && ps["pd-1"].applied && ps["pd-2"].revision == v1 && ps["pd-2"].applied
+	})
+	for _, n := range []string{"pd-1", "pd-2"} {
+		waitPhase(t, s, n, "Running", 60*time.Second)
+		assertLegalHistory(t, s, n)
+	}
+	msg := setField(s, "pd", `{.status.conditions[?(@.type=="Paused")].message}`)
+	if !strings.Contains(msg, "progressDeadline") || !strings.Contains(msg, sickRev) {
+		t.Errorf("the Paused message does not say the deadline passed on %s: %s", sickRev, msg)
+	}
+	if got := readConf(t, out["pd-1"]); got != "v1" {
+		t.Errorf("pd-1: set.conf is %q after the revert, want v1", got)
+	}
+}
