@@ -504,9 +504,12 @@ func (c *Controller) writeStatus(ctx context.Context, s *api.MachinePlanSet, rev
 		if st.FailedRevision == rev {
 			st.FailedRevision = ""
 		}
-	case len(d.failures) > 0 && s.Spec.Strategy.AutoRevert && rev != st.LastCompleteRevision:
+	case len(d.failures) > 0 && s.Spec.Strategy.AutoRevert && st.LastCompleteTemplate != nil && rev != st.LastCompleteRevision:
 		// Remembered before any machine is reverted (see rolloutStrategy):
-		// once reverted, nothing else says the revision failed.
+		// once reverted, nothing else says the revision failed. Without a
+		// revision to go back to nothing is reverted, so the failed
+		// machines themselves keep the set paused, and fixing them resumes
+		// it as it does without autoRevert.
 		st.FailedRevision = rev
 	}
 	st.Matched, st.Updated, st.Ready = int32(d.matched), int32(d.updated), int32(d.ready)
