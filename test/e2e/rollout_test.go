@@ -118,15 +118,30 @@ func TestPlanSetPartitions(t *testing.T) {
 	waitFor(t, 90*time.Second, "the v2 rollout, control plane first", func() bool {
 		ps := setPlans(t, s, "fleet")
 		cp := ps["pt-cp"]
+		updating := 0
+		for _, p := range ps {
+			if p.updating {
+				updating++
+			}
+		}
+		if updating > 2 {
+			t.Errorf("%d plans updating at once with maxUnavailable 2: %+v", updating, ps)
+		}
 		for name, p := range ps {
 			if name != "pt-cp" && p.revision == v2 && !(cp.revision == v2 && cp.applied) {
 				t.Errorf("worker %s got revision %s before the control plane applied it (control plane: %+v)", name, v2, cp)
 			}
 		}
-		sawPartition[setField(s, "fleet", "{.status.currentPartition}")] = true
+		if p := setField(s, "fleet", "{.status.currentPartition}"); p != "" {
+			sawPartition[p] = true
+			if table := s.mustKubectl("get", "mps", "fleet"); !strings.Contains(table, "PARTITION") || !strings.Contains(table, p) {
+				t.Errorf("kubectl get mps does not show partition %s:\n%s", p, table)
+			}
+		}
 		f := strings.Fields(setCondition(s, "fleet", "Complete"))
 		return len(f) >= 3 && f[0] == f[1] && f[2] == "True"
 	})
+	t.Logf("partitions seen in status.currentPartition during the rollout: %v", sawPartition)
 	if !sawPartition["control-plane"] && !sawPartition["worker"] {
 		t.Errorf("status.currentPartition never named a partition during the rollout: saw %v", sawPartition)
 	}
