@@ -1,7 +1,11 @@
 // Package planset is the MachinePlanSet controller: it gives every Machine
 // a set selects the set's MachinePlan, rolls a template change out within
-// the set's maxUnavailable, and removes the set's plan from a machine that
-// stops matching. It runs on the elected leader only.
+// the set's maxUnavailable (partition by partition when the strategy has
+// partitions), and removes the set's plan from a machine that stops
+// matching. A revision that fails pauses the set; with autoRevert its
+// machines go back to the last complete revision, whose template the
+// status keeps, since the spec has moved on and nothing else holds it. It
+// runs on the elected leader only.
 //
 // A plan belongs to a set by its muster.io/plan-set label (wrangler's
 // desired-set idea: labels, not ownerReferences, find the children). A
