@@ -1,7 +1,11 @@
 // Package planset is the MachinePlanSet controller: it gives every Machine
 // a set selects the set's MachinePlan, rolls a template change out within
-// the set's maxUnavailable, and removes the set's plan from a machine that
-// stops matching. It runs on the elected leader only.
+// the set's maxUnavailable (partition by partition when the strategy has
+// partitions), and removes the set's plan from a machine that stops
+// matching. A revision that fails pauses the set; with autoRevert its
+// machines go back to the last complete revision, whose template the
+// status keeps, since the spec has moved on and nothing else holds it. It
+// runs on the elected leader only.
 //
 // A plan belongs to a set by its muster.io/plan-set label (wrangler's
 // desired-set idea: labels, not ownerReferences, find the children). A
@@ -184,23 +188,32 @@ func (c *Controller) view(name string, p *api.MachinePlan) *planView {
 		} else if e.deleted {
 			return nil
 		} else {
-			return &planView{set: e.set, revision: e.revision}
+			return &planView{set: e.set, revision: e.revision, writtenAt: e.at}
 		}
 	}
 	if p == nil || isPlaceholder(p) {
 		return nil
 	}
-	return &planView{
+	pv := &planView{
 		set:      p.Labels[api.PlanSetLabel],
 		revision: p.Labels[api.PlanSetRevisionLabel],
 		applied:  p.Status.State == api.PlanStateSucceeded && p.Status.Checksum != "" && p.Status.AppliedChecksum == p.Status.Checksum,
 		failed:   p.Status.State == api.PlanStateFailed,
+		healthy:  true,
 	}
+	for _, ps := range p.Status.Probes {
+		pv.healthy = pv.healthy && ps.Healthy
+	}
+	if at, err := time.Parse(time.RFC3339, p.Annotations[api.PlanSetWrittenAtAnnotation]); err == nil {
+		pv.writtenAt = at
+	}
+	return pv
 }
 
 func (c *Controller) reconcile(ctx context.Context, cs compiledSet, machines []*api.Machine, planOf map[string]*api.MachinePlan, selectors map[string][]string) error {
 	s := cs.set
 	rev := Revision(s.Spec.Template)
+	st, parts := rolloutStrategy(s, rev, time.Now())
 	var selected []machineView
 	var owned []string
 	revisions := map[string]int{}
@@ -222,9 +235,16 @@ func (c *Controller) reconcile(ctx context.Context, cs compiledSet, machines []*
 				others = append(others, name)
 			}
 		}
+		part := len(parts)
+		for i, sel := range parts {
+			if sel.Matches(labels.Set(m.Labels)) {
+				part = i
+				break
+			}
+		}
 		selected = append(selected, machineView{
 			name: m.Name, running: m.Status.Phase == api.MachinePhaseRunning, failed: m.Status.Phase == api.MachinePhaseFailed,
-			plan: pv, otherSets: others,
+			plan: pv, otherSets: others, partition: part,
 		})
 	}
 	// A plan of this set whose Machine is gone is pruned too.
@@ -233,7 +253,7 @@ func (c *Controller) reconcile(ctx context.Context, cs compiledSet, machines []*
 			owned = append(owned, name)
 		}
 	}
-	d := decide(s.Name, rev, selected, owned, s.Spec.Strategy.MaxUnavailable, s.Spec.Strategy.Paused)
+	d := decide(s.Name, rev, selected, owned, st)
 	var errs []string
 	for _, name := range d.prune {
 		if err := c.deletePlan(ctx, s.Name, name); err != nil {
@@ -241,17 +261,57 @@ func (c *Controller) reconcile(ctx context.Context, cs compiledSet, machines []*
 		}
 	}
 	for _, name := range append(append([]string{}, d.create...), d.update...) {
-		if err := c.writePlan(ctx, s, rev, name, planOf[name]); err != nil {
+		if err := c.writePlan(ctx, s, rev, &s.Spec.Template, name, planOf[name]); err != nil {
 			errs = append(errs, err.Error())
 		}
 	}
-	if err := c.writeStatus(ctx, s, rev, d, revisions); err != nil {
+	for _, name := range d.revert {
+		cur, err := c.forgetApplied(ctx, planOf[name])
+		if err == nil {
+			err = c.writePlan(ctx, s, st.revertTo, s.Status.LastCompleteTemplate, name, cur)
+		}
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if err := c.writeStatus(ctx, s, rev, st, d, revisions); err != nil {
 		errs = append(errs, err.Error())
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// rolloutStrategy is the set's strategy as decide takes it, and the
+// partitions' selectors. The revert target is given only once the status
+// in the cache remembers the failed revision: a revert whose memory was
+// lost (a status write that failed, a kill -9) would re-roll the revision.
+func rolloutStrategy(s *api.MachinePlanSet, rev string, now time.Time) (strategy, []labels.Selector) {
+	sp := s.Spec.Strategy
+	st := strategy{
+		maxUnavailable: sp.MaxUnavailable, paused: sp.Paused, now: now,
+		deadline: api.DefaultPlanSetProgressDeadline, failedRevision: s.Status.FailedRevision,
+	}
+	if sp.ProgressDeadline != nil {
+		st.deadline = sp.ProgressDeadline.Duration
+	}
+	if sp.AutoRevert && s.Status.FailedRevision == rev && s.Status.LastCompleteTemplate != nil {
+		st.revertTo = Revision(*s.Status.LastCompleteTemplate)
+	}
+	var parts []labels.Selector
+	for _, p := range sp.Partitions {
+		st.partitions = append(st.partitions, p.Name)
+		sel, err := metav1.LabelSelectorAsSelector(&p.Selector)
+		if err != nil {
+			// Admission validated it; one that still does not parse
+			// selects nothing, so its machines go in a later partition.
+			klog.ErrorS(err, "Plan set partition selector", "set", s.Name, "partition", p.Name)
+			sel = labels.Nothing()
+		}
+		parts = append(parts, sel)
+	}
+	return st, parts
 }
 
 // isPlaceholder reports whether p is the empty plan the server gives every
@@ -265,12 +325,14 @@ func isPlaceholder(p *api.MachinePlan) bool {
 // writePlan gives machine the set's plan of rev. An update is made on the
 // cached object's resourceVersion: a plan someone else changed meanwhile
 // (say, took over by hand) makes it fail with a conflict, never overwrite.
-func (c *Controller) writePlan(ctx context.Context, s *api.MachinePlanSet, rev, machine string, cur *api.MachinePlan) error {
+func (c *Controller) writePlan(ctx context.Context, s *api.MachinePlanSet, rev string, template *api.MachinePlanSpec, machine string, cur *api.MachinePlan) error {
 	plans := c.client.MusterV1alpha1().MachinePlans()
 	lbl := map[string]string{api.PlanSetLabel: s.Name, api.PlanSetRevisionLabel: rev}
+	now := time.Now()
+	written := now.UTC().Format(time.RFC3339)
 	var err error
 	if cur == nil {
-		p := &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: machine, Labels: lbl}, Spec: *s.Spec.Template.DeepCopy()}
+		p := &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: machine, Labels: lbl, Annotations: map[string]string{api.PlanSetWrittenAtAnnotation: written}}, Spec: *template.DeepCopy()}
 		_, err = plans.Create(ctx, p, metav1.CreateOptions{})
 	} else {
 		if cur.Labels[api.PlanSetLabel] != s.Name && !isPlaceholder(cur) {
@@ -283,7 +345,11 @@ func (c *Controller) writePlan(ctx context.Context, s *api.MachinePlanSet, rev, 
 		for k, v := range lbl {
 			p.Labels[k] = v
 		}
-		p.Spec = *s.Spec.Template.DeepCopy()
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[api.PlanSetWrittenAtAnnotation] = written
+		p.Spec = *template.DeepCopy()
 		_, err = plans.Update(ctx, p, metav1.UpdateOptions{})
 	}
 	if err != nil {
@@ -291,9 +357,30 @@ func (c *Controller) writePlan(ctx context.Context, s *api.MachinePlanSet, rev, 
 		// next pass sees the plan as it is.
 		return fmt.Errorf("writing machine %s's plan (revision %s): %w", machine, rev, err)
 	}
-	c.expect[machine] = expectation{set: s.Name, revision: rev, at: time.Now()}
+	c.expect[machine] = expectation{set: s.Name, revision: rev, at: now}
 	klog.InfoS("Plan set wrote a machine's plan", "set", s.Name, "machine", machine, "revision", rev)
 	return nil
+}
+
+// forgetApplied clears the plan's appliedChecksum before a revert. The
+// reverted spec is the one the machine applied before the failed revision,
+// so its checksum would equal appliedChecksum, and internal/lifecycle
+// takes a Failed machine back to Running only on a plan whose checksum
+// differs from the applied one: the machine would stay Failed for good.
+// The machine ran the failed plan since, so the old applied checksum no
+// longer describes it anyway. Written on the cached resourceVersion: a
+// plan that changed meanwhile is left for the next pass.
+func (c *Controller) forgetApplied(ctx context.Context, p *api.MachinePlan) (*api.MachinePlan, error) {
+	if p == nil || p.Status.AppliedChecksum == "" {
+		return p, nil
+	}
+	p = p.DeepCopy()
+	p.Status.AppliedChecksum = ""
+	out, err := c.client.MusterV1alpha1().MachinePlans().UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("clearing machine %s's applied checksum before reverting its plan: %w", p.Name, err)
+	}
+	return out, nil
 }
 
 // deletePlan removes the plan set wrote for machine, only if it still is
@@ -333,7 +420,7 @@ func listNames(names []string) string {
 }
 
 // conditions derives the set's conditions from a decision.
-func conditions(s *api.MachinePlanSet, rev string, d decision) []metav1.Condition {
+func conditions(s *api.MachinePlanSet, rev string, st strategy, d decision) []metav1.Condition {
 	gen := s.Generation
 	cond := func(t string, ok bool, reason, msg string) metav1.Condition {
 		st := metav1.ConditionFalse
@@ -358,9 +445,36 @@ func conditions(s *api.MachinePlanSet, rev string, d decision) []metav1.Conditio
 		out = append(out, cond(api.PlanSetConflict, false, "NoConflict", "every selected machine's plan is the set's"))
 	}
 	switch {
-	case len(d.failedMachines) > 0:
+	case len(d.failures) > 0:
+		reason, why := "ProgressDeadlineExceeded", "did not apply it with every probe healthy within progressDeadline ("+st.deadline.String()+")"
+		var names []string
+		for _, f := range d.failures {
+			names = append(names, f.machine)
+			if !f.deadline {
+				reason, why = "MachineFailed", "failed on it"
+			}
+		}
+		next := "look at `kubectl get machineplan NAME -o yaml`, then fix the template (a new revision resumes) or the machine"
+		switch {
+		case s.Spec.Strategy.AutoRevert && s.Status.LastCompleteRevision != "" && s.Status.LastCompleteRevision != rev:
+			next = fmt.Sprintf("the machines on it are put back on revision %s, the last complete one (autoRevert); fix the template (a new revision resumes)", s.Status.LastCompleteRevision)
+		case s.Spec.Strategy.AutoRevert && s.Status.LastCompleteRevision == "":
+			next = "no earlier revision completed, so autoRevert has nothing to go back to; " + next
+		}
+		out = append(out, cond(api.PlanSetPaused, true, reason,
+			fmt.Sprintf("machine %s %s (revision %s), so no more machines are started: %s", listNames(names), why, rev, next)))
+	case d.halted:
+		// The failed machines were reverted: the condition written when
+		// they failed still names them, so it stays.
+		if c := meta.FindStatusCondition(s.Status.Conditions, api.PlanSetPaused); c != nil && c.Status == metav1.ConditionTrue &&
+			(c.Reason == "MachineFailed" || c.Reason == "ProgressDeadlineExceeded") && strings.Contains(c.Message, rev) {
+			kept := *c
+			kept.ObservedGeneration = gen
+			out = append(out, kept)
+			break
+		}
 		out = append(out, cond(api.PlanSetPaused, true, "MachineFailed",
-			fmt.Sprintf("machine %s failed on revision %s, so no more machines are started: look at `kubectl get machineplan NAME -o yaml`, then fix the template (a new revision resumes) or the machine", listNames(d.failedMachines), rev)))
+			fmt.Sprintf("revision %s failed before (status.failedRevision) and is not rolled out again: change the template to resume, or clear status.failedRevision to retry it", rev)))
 	case s.Spec.Strategy.Paused:
 		out = append(out, cond(api.PlanSetPaused, true, "PausedBySpec", "spec.strategy.paused is true: no more machines are started; set it to false to resume"))
 	default:
@@ -374,20 +488,39 @@ func conditions(s *api.MachinePlanSet, rev string, d decision) []metav1.Conditio
 		out = append(out, cond(api.PlanSetComplete, true, "RolledOut", fmt.Sprintf("all %d machines applied revision %s", owned, rev)))
 	default:
 		msg := fmt.Sprintf("%d of %d machines applied revision %s (%d updated, %d waiting; maxUnavailable %d, %d unavailable)", d.ready, owned, rev, d.updated, d.waiting, d.budget, d.unavailable)
+		if p := partitionName(st.partitions, d.partition); p != "" {
+			msg += fmt.Sprintf("; partition %s (%d of %d)", p, d.partition+1, len(st.partitions)+1)
+		}
 		out = append(out, cond(api.PlanSetProgressing, true, "RollingOut", msg))
 		out = append(out, cond(api.PlanSetComplete, false, "RollingOut", msg))
 	}
 	return out
 }
 
-func (c *Controller) writeStatus(ctx context.Context, s *api.MachinePlanSet, rev string, d decision, revisions map[string]int) error {
+func (c *Controller) writeStatus(ctx context.Context, s *api.MachinePlanSet, rev string, rs strategy, d decision, revisions map[string]int) error {
 	st := s.Status.DeepCopy()
 	st.Revision = rev
+	st.CurrentPartition = partitionName(rs.partitions, d.partition)
+	owned := d.matched - len(d.conflicts)
+	switch {
+	case d.ready == owned && len(d.failures) == 0:
+		st.LastCompleteRevision, st.LastCompleteTemplate = rev, s.Spec.Template.DeepCopy()
+		if st.FailedRevision == rev {
+			st.FailedRevision = ""
+		}
+	case len(d.failures) > 0 && s.Spec.Strategy.AutoRevert && st.LastCompleteTemplate != nil && rev != st.LastCompleteRevision:
+		// Remembered before any machine is reverted (see rolloutStrategy):
+		// once reverted, nothing else says the revision failed. Without a
+		// revision to go back to nothing is reverted, so the failed
+		// machines themselves keep the set paused, and fixing them resumes
+		// it as it does without autoRevert.
+		st.FailedRevision = rev
+	}
 	st.Matched, st.Updated, st.Ready = int32(d.matched), int32(d.updated), int32(d.ready)
 	st.Failed, st.Unavailable, st.Conflicting = int32(d.failed), int32(d.unavailable), int32(len(d.conflicts))
 	st.ObservedGeneration = s.Generation
 	st.Revisions = revisionHistory(rev, s.Status.Revisions, revisions)
-	for _, cd := range conditions(s, rev, d) {
+	for _, cd := range conditions(s, rev, rs, d) {
 		meta.SetStatusCondition(&st.Conditions, cd)
 	}
 	if equality.Semantic.DeepEqual(st, &s.Status) {

@@ -3,11 +3,13 @@ package registry
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
@@ -32,6 +34,20 @@ var MachinePlanSet = Kind[*api.MachinePlanSet]{
 		if len(s.Status.Revisions) > api.MaxPlanSetRevisions {
 			errs = append(errs, field.TooMany(field.NewPath("status", "revisions"), len(s.Status.Revisions), api.MaxPlanSetRevisions))
 		}
+		// The kept template is bounded as spec.template is, so the status
+		// is never more than twice a valid spec.
+		if t := s.Status.LastCompleteTemplate; t != nil {
+			for _, e := range validatePlanSpec(&api.MachinePlan{Spec: *t}) {
+				e.Field = "status.lastCompleteTemplate" + strings.TrimPrefix(e.Field, "spec")
+				errs = append(errs, e)
+			}
+		}
+		for _, f := range []struct {
+			v    string
+			name string
+		}{{s.Status.FailedRevision, "failedRevision"}, {s.Status.LastCompleteRevision, "lastCompleteRevision"}, {s.Status.CurrentPartition, "currentPartition"}} {
+			errs = append(errs, validateMaxLen(f.v, 253, field.NewPath("status", f.name))...)
+		}
 		return errs
 	},
 	Columns: []metav1.TableColumnDefinition{
@@ -41,9 +57,10 @@ var MachinePlanSet = Kind[*api.MachinePlanSet]{
 		{Name: "Ready", Type: "integer", Description: "Machines that applied the current revision."},
 		{Name: "Failed", Type: "integer", Description: "Machines whose plan failed."},
 		{Name: "Status", Type: "string", Description: "Complete, Conflict, Paused or Progressing."},
+		{Name: "Partition", Type: "string", Description: "The partition being rolled out (spec.strategy.partitions)."},
 	},
 	Cells: func(s *api.MachinePlanSet) []interface{} {
-		return []interface{}{s.Status.Revision, s.Status.Matched, s.Status.Updated, s.Status.Ready, s.Status.Failed, planSetSummary(s)}
+		return []interface{}{s.Status.Revision, s.Status.Matched, s.Status.Updated, s.Status.Ready, s.Status.Failed, planSetSummary(s), s.Status.CurrentPartition}
 	},
 }
 
@@ -75,6 +92,11 @@ func validatePlanSet(s *api.MachinePlanSet) field.ErrorList {
 	if mu := s.Spec.Strategy.MaxUnavailable; mu != nil {
 		errs = append(errs, validateMaxUnavailable(*mu, spec.Child("strategy", "maxUnavailable"))...)
 	}
+	errs = append(errs, validatePartitions(s.Spec.Strategy.Partitions, spec.Child("strategy", "partitions"))...)
+	if d := s.Spec.Strategy.ProgressDeadline; d != nil && (d.Duration < minProgressDeadline || d.Duration > maxProgressDeadline) {
+		errs = append(errs, field.Invalid(spec.Child("strategy", "progressDeadline"), d.Duration.String(),
+			fmt.Sprintf("must be %s to %s: long enough for a plan to run and its probes to settle (default %s)", minProgressDeadline, maxProgressDeadline, api.DefaultPlanSetProgressDeadline)))
+	}
 	// The template is a MachinePlan's spec: the plan's own validation,
 	// with its paths moved under spec.template.
 	for _, e := range validatePlanSpec(&api.MachinePlan{Spec: s.Spec.Template}) {
@@ -99,4 +121,34 @@ func validateMaxUnavailable(v intstr.IntOrString, fld *field.Path) field.ErrorLi
 		return field.ErrorList{field.Invalid(fld, v.StrVal, "a percent must be 1% to 100%")}
 	}
 	return nil
+}
+
+// progressDeadline bounds: under 10s a slow agent's first heartbeat would
+// fail a good revision; over a day a bad one would go unnoticed.
+const (
+	minProgressDeadline = 10 * time.Second
+	maxProgressDeadline = 24 * time.Hour
+)
+
+func validatePartitions(parts []api.PlanSetPartition, fld *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(parts) > api.MaxPlanSetPartitions {
+		errs = append(errs, field.TooMany(fld, len(parts), api.MaxPlanSetPartitions))
+	}
+	seen := map[string]bool{}
+	for i, p := range parts {
+		f := fld.Index(i)
+		for _, msg := range validation.IsDNS1123Label(p.Name) {
+			errs = append(errs, field.Invalid(f.Child("name"), p.Name, msg+" (for example control-plane)"))
+		}
+		if seen[p.Name] {
+			errs = append(errs, field.Duplicate(f.Child("name"), p.Name))
+		}
+		seen[p.Name] = true
+		errs = append(errs, metav1validation.ValidateLabelSelector(&p.Selector, metav1validation.LabelSelectorValidationOptions{}, f.Child("selector"))...)
+		if len(p.Selector.MatchLabels) == 0 && len(p.Selector.MatchExpressions) == 0 {
+			errs = append(errs, field.Required(f.Child("selector"), "an empty selector puts every machine in this partition and leaves the later ones empty: give matchLabels or matchExpressions (for example matchLabels: {role: control-plane})"))
+		}
+	}
+	return errs
 }

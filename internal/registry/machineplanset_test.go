@@ -1,8 +1,10 @@
 package registry
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -19,6 +21,10 @@ func TestValidatePlanSet(t *testing.T) {
 	}
 	count := func(n int32) *intstr.IntOrString { v := intstr.FromInt32(n); return &v }
 	pct := func(s string) *intstr.IntOrString { v := intstr.FromString(s); return &v }
+	part := func(name, role string) api.PlanSetPartition {
+		return api.PlanSetPartition{Name: name, Selector: metav1.LabelSelector{MatchLabels: map[string]string{"role": role}}}
+	}
+	deadline := func(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
 	tests := []struct {
 		name   string
 		change func(s *api.MachinePlanSet)
@@ -34,6 +40,29 @@ func TestValidatePlanSet(t *testing.T) {
 		{"not a percent", func(s *api.MachinePlanSet) { s.Spec.Strategy.MaxUnavailable = pct("half") }, "a percent such as"},
 		{"bad label key", func(s *api.MachinePlanSet) { s.Spec.Selector.MatchLabels = map[string]string{"bad key!": "x"} }, "spec.selector.matchLabels"},
 		{"bad cluster", func(s *api.MachinePlanSet) { s.Spec.Cluster = "Not_A_Name" }, "spec.cluster"},
+		{"partitions", func(s *api.MachinePlanSet) {
+			s.Spec.Strategy.Partitions = []api.PlanSetPartition{part("control-plane", "control-plane"), part("worker", "worker")}
+		}, ""},
+		{"duplicate partition", func(s *api.MachinePlanSet) {
+			s.Spec.Strategy.Partitions = []api.PlanSetPartition{part("a", "x"), part("a", "y")}
+		}, "Duplicate value"},
+		{"bad partition name", func(s *api.MachinePlanSet) {
+			s.Spec.Strategy.Partitions = []api.PlanSetPartition{part("Bad_Name", "x")}
+		}, "spec.strategy.partitions[0].name"},
+		{"empty partition selector", func(s *api.MachinePlanSet) {
+			s.Spec.Strategy.Partitions = []api.PlanSetPartition{{Name: "all"}}
+		}, "leaves the later ones empty"},
+		{"bad partition selector", func(s *api.MachinePlanSet) {
+			s.Spec.Strategy.Partitions = []api.PlanSetPartition{part("a", "bad value!")}
+		}, "spec.strategy.partitions[0].selector"},
+		{"too many partitions", func(s *api.MachinePlanSet) {
+			for i := 0; i <= api.MaxPlanSetPartitions; i++ {
+				s.Spec.Strategy.Partitions = append(s.Spec.Strategy.Partitions, part(fmt.Sprintf("p%d", i), "x"))
+			}
+		}, "Too many"},
+		{"progressDeadline", func(s *api.MachinePlanSet) { s.Spec.Strategy.ProgressDeadline = deadline(time.Minute) }, ""},
+		{"progressDeadline too short", func(s *api.MachinePlanSet) { s.Spec.Strategy.ProgressDeadline = deadline(time.Second) }, "10s to 24h"},
+		{"progressDeadline too long", func(s *api.MachinePlanSet) { s.Spec.Strategy.ProgressDeadline = deadline(48 * time.Hour) }, "10s to 24h"},
 		{"bad template", func(s *api.MachinePlanSet) { s.Spec.Template.Files[0].Path = "relative" }, "spec.template.files[0].path"},
 	}
 	for _, tt := range tests {

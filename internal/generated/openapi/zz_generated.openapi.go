@@ -72,6 +72,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.PlanFile{}.OpenAPIModelName():                       schema_pkg_apis_muster_v1alpha1_PlanFile(ref),
 		v1alpha1.PlanInstruction{}.OpenAPIModelName():                schema_pkg_apis_muster_v1alpha1_PlanInstruction(ref),
 		v1alpha1.PlanProbe{}.OpenAPIModelName():                      schema_pkg_apis_muster_v1alpha1_PlanProbe(ref),
+		v1alpha1.PlanSetPartition{}.OpenAPIModelName():               schema_pkg_apis_muster_v1alpha1_PlanSetPartition(ref),
 		v1alpha1.PlanSetRevision{}.OpenAPIModelName():                schema_pkg_apis_muster_v1alpha1_PlanSetRevision(ref),
 		v1alpha1.ProbeStatus{}.OpenAPIModelName():                    schema_pkg_apis_muster_v1alpha1_ProbeStatus(ref),
 		v1alpha1.ServerEndpoint{}.OpenAPIModelName():                 schema_pkg_apis_muster_v1alpha1_ServerEndpoint(ref),
@@ -1867,6 +1868,33 @@ func schema_pkg_apis_muster_v1alpha1_MachinePlanSetStatus(ref common.ReferenceCa
 							},
 						},
 					},
+					"currentPartition": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CurrentPartition is the partition being rolled out, \"\" when none is (no partitions, or the rollout is complete). Machines no partition selects are the implicit partition \"(rest)\".",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"failedRevision": {
+						SchemaProps: spec.SchemaProps{
+							Description: "FailedRevision, with spec.strategy.autoRevert, is the revision that failed and was reverted: the set stays Paused and never starts a machine on it again. A new template resumes; so does clearing it (kubectl patch mps NAME --subresource=status --type=merge -p '{\"status\":{\"failedRevision\":null}}'), which retries the revision.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"lastCompleteRevision": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LastCompleteRevision is the last revision every machine applied.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"lastCompleteTemplate": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LastCompleteTemplate is that revision's template: what autoRevert puts the failed machines back on, once spec.template has moved on.",
+							Ref:         ref(v1alpha1.MachinePlanSpec{}.OpenAPIModelName()),
+						},
+					},
 					"observedGeneration": {
 						SchemaProps: spec.SchemaProps{
 							Description: "ObservedGeneration is the spec generation this status describes.",
@@ -1899,7 +1927,7 @@ func schema_pkg_apis_muster_v1alpha1_MachinePlanSetStatus(ref common.ReferenceCa
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.PlanSetRevision{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName()},
+			v1alpha1.MachinePlanSpec{}.OpenAPIModelName(), v1alpha1.PlanSetRevision{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName()},
 	}
 }
 
@@ -1923,11 +1951,45 @@ func schema_pkg_apis_muster_v1alpha1_MachinePlanSetStrategy(ref common.Reference
 							Format:      "",
 						},
 					},
+					"partitions": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"name",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Partitions roll a new revision out group by group, in order (like etcd, then control plane, then workers): no machine of a partition is started until every machine of the partitions before it applied the revision. A machine is in the first partition whose selector matches it; machines no partition matches form an implicit last one. MaxUnavailable applies within a partition. At most 10.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.PlanSetPartition{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"autoRevert": {
+						SchemaProps: spec.SchemaProps{
+							Description: "AutoRevert puts the machines on a revision that failed (a plan failed, a machine Failed, or probes unhealthy past ProgressDeadline) back on the last revision that completed (status.lastCompleteRevision). The set stays Paused on the failed revision (status.failedRevision) until the template changes, or status.failedRevision is cleared to retry it.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"progressDeadline": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ProgressDeadline is how long a machine may take, from the set writing its plan, to apply it with every probe healthy before the revision counts as failed. Default 10m; 10s to 24h.",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			intstr.IntOrString{}.OpenAPIModelName()},
+			v1alpha1.PlanSetPartition{}.OpenAPIModelName(), metav1.Duration{}.OpenAPIModelName(), intstr.IntOrString{}.OpenAPIModelName()},
 	}
 }
 
@@ -2953,6 +3015,37 @@ func schema_pkg_apis_muster_v1alpha1_PlanProbe(ref common.ReferenceCallback) com
 		},
 		Dependencies: []string{
 			v1alpha1.ExecProbe{}.OpenAPIModelName(), v1alpha1.HTTPGetProbe{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_PlanSetPartition(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PlanSetPartition is one group of a partitioned rollout.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name names the partition in status.currentPartition; unique in the set.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"selector": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Selector chooses the partition's machines among the set's by label.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.LabelSelector{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"name", "selector"},
+			},
+		},
+		Dependencies: []string{
+			metav1.LabelSelector{}.OpenAPIModelName()},
 	}
 }
 

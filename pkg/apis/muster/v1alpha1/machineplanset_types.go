@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -32,6 +34,18 @@ const (
 
 // MaxPlanSetRevisions bounds status.revisions.
 const MaxPlanSetRevisions = 10
+
+// MaxPlanSetPartitions bounds spec.strategy.partitions: a rollout waits on
+// each in turn, so more than a handful is a slow rollout, not a plan.
+const MaxPlanSetPartitions = 10
+
+// PlanSetWrittenAtAnnotation is when the set last wrote a plan (RFC 3339):
+// spec.strategy.progressDeadline counts from it, and it survives a server
+// restart, which an in-memory clock would not.
+const PlanSetWrittenAtAnnotation = "muster.io/plan-set-written-at"
+
+// DefaultPlanSetProgressDeadline is spec.strategy.progressDeadline's default.
+const DefaultPlanSetProgressDeadline = 10 * time.Minute
 
 // +genclient
 // +genclient:nonNamespaced
@@ -95,6 +109,37 @@ type MachinePlanSetStrategy struct {
 	// it the plan changes the machine as much as an update does.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+	// Partitions roll a new revision out group by group, in order (like
+	// etcd, then control plane, then workers): no machine of a partition
+	// is started until every machine of the partitions before it applied
+	// the revision. A machine is in the first partition whose selector
+	// matches it; machines no partition matches form an implicit last
+	// one. MaxUnavailable applies within a partition. At most 10.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Partitions []PlanSetPartition `json:"partitions,omitempty"`
+	// AutoRevert puts the machines on a revision that failed (a plan
+	// failed, a machine Failed, or probes unhealthy past ProgressDeadline)
+	// back on the last revision that completed (status.lastCompleteRevision).
+	// The set stays Paused on the failed revision (status.failedRevision)
+	// until the template changes, or status.failedRevision is cleared to
+	// retry it.
+	// +optional
+	AutoRevert bool `json:"autoRevert,omitempty"`
+	// ProgressDeadline is how long a machine may take, from the set
+	// writing its plan, to apply it with every probe healthy before the
+	// revision counts as failed. Default 10m; 10s to 24h.
+	// +optional
+	ProgressDeadline *metav1.Duration `json:"progressDeadline,omitempty"`
+}
+
+// PlanSetPartition is one group of a partitioned rollout.
+type PlanSetPartition struct {
+	// Name names the partition in status.currentPartition; unique in the set.
+	Name string `json:"name"`
+	// Selector chooses the partition's machines among the set's by label.
+	Selector metav1.LabelSelector `json:"selector"`
 }
 
 // PlanSetRevision is how many machines have one revision's plan.
@@ -136,6 +181,25 @@ type MachinePlanSetStatus struct {
 	// +optional
 	// +listType=atomic
 	Revisions []PlanSetRevision `json:"revisions,omitempty"`
+	// CurrentPartition is the partition being rolled out, "" when none is
+	// (no partitions, or the rollout is complete). Machines no partition
+	// selects are the implicit partition "(rest)".
+	// +optional
+	CurrentPartition string `json:"currentPartition,omitempty"`
+	// FailedRevision, with spec.strategy.autoRevert, is the revision that
+	// failed and was reverted: the set stays Paused and never starts a
+	// machine on it again. A new template resumes; so does clearing it
+	// (kubectl patch mps NAME --subresource=status --type=merge
+	// -p '{"status":{"failedRevision":null}}'), which retries the revision.
+	// +optional
+	FailedRevision string `json:"failedRevision,omitempty"`
+	// LastCompleteRevision is the last revision every machine applied.
+	// +optional
+	LastCompleteRevision string `json:"lastCompleteRevision,omitempty"`
+	// LastCompleteTemplate is that revision's template: what autoRevert
+	// puts the failed machines back on, once spec.template has moved on.
+	// +optional
+	LastCompleteTemplate *MachinePlanSpec `json:"lastCompleteTemplate,omitempty"`
 	// ObservedGeneration is the spec generation this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`

@@ -247,6 +247,11 @@ func (in PlanProbe) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PlanSetPartition) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.PlanSetPartition"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in PlanSetRevision) OpenAPIModelName() string {
 	return "io.muster.v1alpha1.PlanSetRevision"
 }
