@@ -69,9 +69,10 @@ func BenchmarkPlanSetRollout(b *testing.B) {
 				b.ReportMetric(r.writesPerMachine(), "writes/machine")
 				b.ReportMetric(float64(r.objectWrites)/float64(n), "machine+plan-writes/machine")
 				b.ReportMetric(float64(r.maxUnavailable), "max-unavailable")
-				b.Logf("%s, %d machines: rollout %s; plan write → applied p50 %s, p99 %s; %d datastore writes (%.1f per machine, %.1f to Machines and MachinePlans); at most %d unavailable of budget %d; %d machines seen Updating",
+				b.ReportMetric(r.serverCPU*1000/float64(n), "server-CPU-ms/machine")
+				b.Logf("%s, %d machines: rollout %s; plan write → applied p50 %s, p99 %s; %d datastore writes (%.1f per machine, %.1f to Machines and MachinePlans); at most %d unavailable of budget %d; %d machines seen Updating; server CPU %.1f s",
 					be.name, n, r.total.Round(time.Millisecond), r.p(50), r.p(99), r.revisions, r.writesPerMachine(),
-					float64(r.objectWrites)/float64(n), r.maxUnavailable, n/10, r.sawUpdating)
+					float64(r.objectWrites)/float64(n), r.maxUnavailable, n/10, r.sawUpdating, r.serverCPU)
 			}
 		})
 	}
@@ -91,6 +92,8 @@ type rollout struct {
 	objectWrites   int
 	maxUnavailable int
 	sawUpdating    int
+	// serverCPU is the CPU time the server spent on the rollout.
+	serverCPU float64
 }
 
 func (r rollout) p(pc int) time.Duration {
@@ -163,6 +166,7 @@ func rolloutPlanSet(t testing.TB, endpoint string, n int) rollout {
 	// included) is the one the controller labels plans with.
 	next := cur.DeepCopy()
 	w.begin(planset.Revision(next.Spec.Template))
+	cpu0 := cpuSeconds(s.cmd.Process.Pid)
 	start := time.Now()
 	cur, err = c.MusterV1alpha1().MachinePlanSets().Update(ctx, cur, metav1.UpdateOptions{})
 	if err != nil {
@@ -178,7 +182,7 @@ func rolloutPlanSet(t testing.TB, endpoint string, n int) rollout {
 	// its last machine applied from them.
 	w.finish(t, rv1)
 	r := w.result()
-	r.total, r.revisions = total, rv1-rv0
+	r.total, r.revisions, r.serverCPU = total, rv1-rv0, cpuSeconds(s.cmd.Process.Pid)-cpu0
 	if r.maxUnavailable > n/10 {
 		t.Errorf("%d of %d machines unavailable at once (revision %d), over maxUnavailable 10%% (%d)", r.maxUnavailable, n, w.maxAt, n/10)
 	}
