@@ -14,6 +14,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -122,19 +123,7 @@ func rolloutPlanSet(t testing.TB, endpoint string, n int) rollout {
 	token := strings.TrimSpace(mustRunTB(t, serverBin, "token", "create", "--cluster", "rollout", "--data-dir", s.dataDir))
 	sim := runAgentBinary(t, "simulate", "--server", s.url(), "--token", token, "--count", strconv.Itoa(n), "--concurrency", "50")
 	sim.waitOutput(fmt.Sprintf("simulate: joined %d/%d", n, n), 5*time.Minute)
-	waitFor(t, 2*time.Minute, fmt.Sprintf("all %d simulated machines Running", n), func() bool {
-		l, err := c.MusterV1alpha1().Machines().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false
-		}
-		running := 0
-		for _, m := range l.Items {
-			if m.Status.Phase == api.MachinePhaseRunning {
-				running++
-			}
-		}
-		return running == n
-	})
+	waitAllRunning(t, c, n)
 
 	budget := intstr.FromString("10%")
 	set := &api.MachinePlanSet{
@@ -177,9 +166,28 @@ func rolloutPlanSet(t testing.TB, endpoint string, n int) rollout {
 	}
 	waitSetComplete(t, s, c, cur.Generation, 10*time.Minute)
 	total := time.Since(start)
+	// Complete counts applied plans; the last machines' phases may still
+	// be on their way back to Running, and those writes are the rollout's.
+	waitAllRunning(t, c, n)
 	rv1 := listRevision(t, c)
-	// Every event up to the Complete status is in: the watcher reports
-	// its last machine applied from them.
+	// An annotation on one Machine and one MachinePlan puts an event past
+	// rv1 on each watch, so the watcher knows it has every event up to
+	// rv1 without waiting for a bookmark; neither changes what the agent
+	// or the controllers do.
+	for _, touch := range []func() error{
+		func() error {
+			_, err := c.MusterV1alpha1().Machines().Patch(ctx, "sim-0", types.MergePatchType, []byte(`{"metadata":{"annotations":{"muster.test/rollout-end":"true"}}}`), metav1.PatchOptions{})
+			return err
+		},
+		func() error {
+			_, err := c.MusterV1alpha1().MachinePlans().Patch(ctx, "sim-0", types.MergePatchType, []byte(`{"metadata":{"annotations":{"muster.test/rollout-end":"true"}}}`), metav1.PatchOptions{})
+			return err
+		},
+	} {
+		if err := touch(); err != nil {
+			t.Fatalf("marking the end of the rollout: %v", err)
+		}
+	}
 	w.finish(t, rv1)
 	r := w.result()
 	r.total, r.revisions, r.serverCPU = total, rv1-rv0, cpuSeconds(s.cmd.Process.Pid)-cpu0
@@ -204,6 +212,23 @@ func waitSetComplete(t testing.TB, s *server, c clientset.Interface, gen int64, 
 	if out, err := s.kubectl("wait", "--for=condition=Complete", "machineplanset/"+rolloutSet, fmt.Sprintf("--timeout=%ds", int(timeout.Seconds()))); err != nil {
 		t.Fatalf("kubectl wait --for=condition=Complete: %v\n%s", err, out)
 	}
+}
+
+func waitAllRunning(t testing.TB, c clientset.Interface, n int) {
+	t.Helper()
+	waitFor(t, 2*time.Minute, fmt.Sprintf("all %d simulated machines Running", n), func() bool {
+		l, err := c.MusterV1alpha1().Machines().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		running := 0
+		for _, m := range l.Items {
+			if m.Status.Phase == api.MachinePhaseRunning {
+				running++
+			}
+		}
+		return running == n
+	})
 }
 
 func listRevision(t testing.TB, c clientset.Interface) int64 {
@@ -436,7 +461,7 @@ func (w *rolloutWatcher) begin(rev string) {
 	w.began, w.newRev = true, rev
 }
 
-// finish waits until both watches reached rv and replays the rest.
+// finish waits until both watches went past rv and replays up to it.
 func (w *rolloutWatcher) finish(t testing.TB, rv int64) {
 	t.Helper()
 	waitFor(t, time.Minute, "the watches to reach the end of the rollout", func() bool {
@@ -448,7 +473,7 @@ func (w *rolloutWatcher) finish(t testing.TB, rv int64) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.replay(min(w.seen[0], w.seen[1]))
-		return len(w.latencies) == w.n || (w.seen[0] >= rv && w.seen[1] >= rv)
+		return w.seen[0] > rv && w.seen[1] > rv
 	})
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -462,4 +487,59 @@ func (w *rolloutWatcher) result() rollout {
 		maxUnavailable: w.maxUnavailable, sawUpdating: len(w.updating)}
 	sort.Slice(r.latencies, func(i, j int) bool { return r.latencies[i] < r.latencies[j] })
 	return r
+}
+
+// TestRolloutWatcherOrder: the watcher counts the fleet as it was at each
+// revision even when the two watches deliver out of step, and still
+// catches a real overlap.
+func TestRolloutWatcherOrder(t *testing.T) {
+	machine := func(name string, rv int, phase api.MachinePhase) *api.Machine {
+		return &api.Machine{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: strconv.Itoa(rv)}, Status: api.MachineStatus{Phase: phase}}
+	}
+	plan := func(name string, rv int, applied bool) *api.MachinePlan {
+		p := &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: strconv.Itoa(rv),
+			Labels: map[string]string{api.PlanSetLabel: rolloutSet, api.PlanSetRevisionLabel: "r2"}}}
+		p.Status.Checksum = "new"
+		if applied {
+			p.Status.State, p.Status.AppliedChecksum = api.PlanStateSucceeded, "new"
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		// events as (stream, object), in delivery order
+		events []watchEvent
+		want   int
+	}{
+		{"a back to Running before b's plan is written, machines delivered late", []watchEvent{
+			{rv: 11, stream: 1, obj: plan("a", 11, true)},
+			{rv: 13, stream: 1, obj: plan("b", 13, false)},
+			{rv: 12, stream: 0, obj: machine("a", 12, api.MachinePhaseRunning)},
+			{rv: 14, stream: 0, obj: machine("b", 14, api.MachinePhaseUpdating)},
+		}, 1},
+		{"b's plan written while a is still Updating", []watchEvent{
+			{rv: 11, stream: 1, obj: plan("a", 11, true)},
+			{rv: 12, stream: 1, obj: plan("b", 12, false)},
+			{rv: 13, stream: 0, obj: machine("a", 13, api.MachinePhaseRunning)},
+		}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newRolloutWatcher(2)
+			w.begin("r2")
+			// a is mid-update: its plan of r2 written, not applied, the machine Updating.
+			w.applyMachine(machine("a", 9, api.MachinePhaseUpdating))
+			w.applyMachine(machine("b", 9, api.MachinePhaseRunning))
+			w.applyPlan(plan("a", 10, false), time.Now())
+			w.seen = [2]int64{10, 10}
+			for _, e := range tc.events {
+				w.seen[e.stream] = e.rv
+				heap.Push(&w.pending, e)
+				w.replay(min(w.seen[0], w.seen[1]))
+			}
+			w.replay(1 << 62)
+			if w.maxUnavailable != tc.want {
+				t.Errorf("at most %d unavailable, want %d", w.maxUnavailable, tc.want)
+			}
+		})
+	}
 }
