@@ -63,7 +63,8 @@ test: build
 # the same run: registration and restart storms, plan fan-out and latency, an
 # idle fleet, on SQLite and PostgreSQL (test/bench; `make test` runs the same
 # harness at smoke scale). Then whole-server figures (cold start, RSS, kubectl
-# apply of 1,000 objects). Prints them; asserts nothing about speed.
+# apply of 1,000 objects, a plan-set rollout to 1,000 simulated machines).
+# Prints them; asserts nothing about speed.
 # MUSTER_BENCH_AGENTS=1000 MUSTER_BENCH_IDLE=60s make bench for a shorter run.
 bench: build
 	mkdir -p bench/out
