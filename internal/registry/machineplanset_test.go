@@ -3,6 +3,7 @@ package registry
 import (
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -18,6 +19,10 @@ func TestValidatePlanSet(t *testing.T) {
 		}}
 	}
 	count := func(n int32) *intstr.IntOrString { v := intstr.FromInt32(n); return &v }
+	dur := func(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+	drain := func(path string, timeout *metav1.Duration) *api.MachinePlanSetDrain {
+		return &api.MachinePlanSetDrain{Template: api.MachinePlanSpec{Files: []api.PlanFile{{Path: path, Content: "x"}}}, Timeout: timeout}
+	}
 	pct := func(s string) *intstr.IntOrString { v := intstr.FromString(s); return &v }
 	tests := []struct {
 		name   string
@@ -35,6 +40,12 @@ func TestValidatePlanSet(t *testing.T) {
 		{"bad label key", func(s *api.MachinePlanSet) { s.Spec.Selector.MatchLabels = map[string]string{"bad key!": "x"} }, "spec.selector.matchLabels"},
 		{"bad cluster", func(s *api.MachinePlanSet) { s.Spec.Cluster = "Not_A_Name" }, "spec.cluster"},
 		{"bad template", func(s *api.MachinePlanSet) { s.Spec.Template.Files[0].Path = "relative" }, "spec.template.files[0].path"},
+		{"drain", func(s *api.MachinePlanSet) { s.Spec.Drain = drain("/etc/muster/drain", nil) }, ""},
+		{"drain with a timeout", func(s *api.MachinePlanSet) { s.Spec.Drain = drain("/etc/muster/drain", dur(time.Minute)) }, ""},
+		{"bad drain template", func(s *api.MachinePlanSet) { s.Spec.Drain = drain("relative", nil) }, "spec.drain.template.files[0].path"},
+		{"drain timeout 0", func(s *api.MachinePlanSet) { s.Spec.Drain = drain("/etc/muster/drain", dur(0)) }, "spec.drain.timeout"},
+		{"drain timeout negative", func(s *api.MachinePlanSet) { s.Spec.Drain = drain("/etc/muster/drain", dur(-time.Minute)) }, "must be 1s to 24h0m0s"},
+		{"drain timeout over a day", func(s *api.MachinePlanSet) { s.Spec.Drain = drain("/etc/muster/drain", dur(25*time.Hour)) }, "must be 1s to 24h0m0s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
