@@ -159,3 +159,36 @@ func TestDrainTimeout(t *testing.T) {
 		t.Errorf("the DrainTimedOut event does not warn and say why: %s", row)
 	}
 }
+
+// TestClusterPhaseTruthful: a phase written by hand that contradicts the
+// cluster's machines does not stay (Active with no machine goes back to
+// WaitCheckIn), and Deleting cannot be written on a cluster that was not
+// deleted, since nothing leaves it.
+func TestClusterPhaseTruthful(t *testing.T) {
+	s := startServer(t, "")
+	f := filepath.Join(t.TempDir(), "cluster.yaml")
+	if err := os.WriteFile(f, []byte("apiVersion: muster.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: empty\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.mustKubectl("apply", "-f", f)
+	s.mustKubectl("wait", "cluster/empty", "--for=jsonpath={.status.phase}=WaitCheckIn", "--timeout=30s")
+	if got := s.mustKubectl("get", "cluster", "empty", "-o", "jsonpath={.metadata.finalizers}"); !strings.Contains(got, "muster.io/cluster-lifecycle") {
+		t.Errorf("a new cluster has no lifecycle finalizer: %s", got)
+	}
+
+	s.mustKubectl("patch", "cluster", "empty", "--subresource=status", "--type=merge", "-p", `{"status":{"phase":"Active"}}`)
+	waitFor(t, 30*time.Second, "the hand-set Active phase to be corrected", func() bool {
+		got, _ := s.kubectl("get", "cluster", "empty", "-o", "jsonpath={.status.phase} {.status.reason}")
+		return got == "WaitCheckIn NoMachineCheckedIn"
+	})
+
+	out, err := s.kubectl("patch", "cluster", "empty", "--subresource=status", "--type=merge", "-p", `{"status":{"phase":"Deleting"}}`)
+	if err == nil || !strings.Contains(out, "kubectl delete cluster empty") {
+		t.Errorf("writing Deleting on a live cluster: want a refusal saying to delete it, got %v:\n%s", err, out)
+	}
+	if got := s.mustKubectl("get", "cluster", "empty", "-o", "jsonpath={.status.phase}"); got != "WaitCheckIn" {
+		t.Errorf("the refused write changed the phase to %s", got)
+	}
+	// An empty cluster goes at once.
+	s.mustKubectl("delete", "cluster", "empty", "--wait=true", "--timeout=30s")
+}
