@@ -590,9 +590,9 @@ func clusterEvent(phase api.ClusterPhase, checkedIn, degraded bool) (event, reas
 	return "", ""
 }
 
-// finalizeCluster takes a deleted cluster to Deleting, deletes its
-// machines (each drained first, see finalize), revokes the join tokens
-// bound to it, and lets it go once none of its machines is left.
+// finalizeCluster takes a deleted cluster to Deleting, revokes the join
+// tokens bound to it, deletes its machine pools and machines (each drained
+// first, see finalize), and lets it go once none of its machines is left.
 func (c *Controller) finalizeCluster(ctx context.Context, cl *api.Cluster) error {
 	if !slices.Contains(cl.Finalizers, api.ClusterLifecycleFinalizer) {
 		return nil
@@ -626,6 +626,21 @@ func (c *Controller) finalizeCluster(ctx context.Context, cl *api.Cluster) error
 			return err
 		}
 		klog.InfoS("Revoked the join token of a deleted cluster", "cluster", cl.Name, "token", t.Name)
+	}
+	// A pool of the cluster would make its machines again: it goes first,
+	// and removes its machines' hosts as a deleted pool does (internal/pool).
+	pools, err := c.client.MusterV1alpha1().MachinePools().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, p := range pools.Items {
+		if p.Spec.Cluster != cl.Name || p.DeletionTimestamp != nil {
+			continue
+		}
+		if err := c.client.MusterV1alpha1().MachinePools().Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		klog.InfoS("Deleting a machine pool of a deleted cluster", "cluster", cl.Name, "pool", p.Name)
 	}
 	// Read live, not from the cache: a machine created a moment ago must
 	// not be left behind in a cluster that no longer exists.

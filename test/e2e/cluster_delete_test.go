@@ -192,3 +192,33 @@ func TestClusterPhaseTruthful(t *testing.T) {
 	// An empty cluster goes at once.
 	s.mustKubectl("delete", "cluster", "empty", "--wait=true", "--timeout=30s")
 }
+
+// TestClusterDeleteTakesItsPool: a pool of a deleted cluster would make
+// its machines again, so deleting the cluster deletes the pool too, with
+// its machines, their hosts (agent processes) and the pool's join tokens.
+func TestClusterDeleteTakesItsPool(t *testing.T) {
+	s := startServer(t, "")
+	killPoolAgentsAtEnd(t, s)
+	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
+	applyPool(t, s, `apiVersion: muster.io/v1alpha1
+kind: MachinePool
+metadata:
+  name: edge
+spec:
+  cluster: edge-east
+  replicas: 2
+  template:
+    driver: process
+`)
+	waitFor(t, 120*time.Second, "2 pool machines Running", func() bool {
+		ms := poolMachines(s, "edge")
+		return len(ms) == 2 && countPhase(ms, "Running") == 2
+	})
+	s.mustKubectl("delete", "cluster", "edge-east", "--wait=true", "--timeout=120s")
+	for _, kind := range []string{"machinepools", "machines", "nodepasswords", "clusters"} {
+		if got := s.mustKubectl("get", kind, "-o", "name"); strings.TrimSpace(got) != "" {
+			t.Errorf("%s left after the cluster was deleted: %s", kind, got)
+		}
+	}
+	waitFor(t, 30*time.Second, "every pool agent to exit", func() bool { return len(poolAgents(s)) == 0 })
+}
