@@ -83,32 +83,35 @@ func TestDecideDrain(t *testing.T) {
 	noDeadline.CreationTimestamp = metav1.NewTime(now.Add(-api.DefaultDrainTimeout - time.Second))
 
 	tests := []struct {
-		name string
-		plan *api.MachinePlan
-		set  *api.MachinePlanSet
-		want drainAction
+		name    string
+		noAgent bool
+		plan    *api.MachinePlan
+		set     *api.MachinePlanSet
+		want    drainAction
 	}{
-		{"no plan", nil, nil, drainAction{done: ReasonDrained}},
-		{"a hand-written plan", handWritten, nil, drainAction{done: ReasonDrained}},
-		{"a set without drain", setPlan(), noDrain, drainAction{done: ReasonDrained}},
-		{"its set is gone", setPlan(), nil, drainAction{done: ReasonDrained}},
-		{"another set's name", otherSets, withDrain, drainAction{done: ReasonDrained}},
-		{"a set with drain", setPlan(), withDrain, drainAction{start: true}},
-		{"drain pending", drainPlan(api.PlanStatePending, false, 0, later), withDrain, drainAction{wait: time.Minute}},
-		{"drain in progress", drainPlan(api.PlanStateInProgress, false, 0, later), withDrain, drainAction{wait: time.Minute}},
-		{"the old plan's success is not the drain's", drainPlan(api.PlanStateSucceeded, false, 0, later), withDrain, drainAction{wait: time.Minute}},
-		{"drain succeeded", drainPlan(api.PlanStateSucceeded, true, 0, later), withDrain, drainAction{done: ReasonDrained}},
-		{"drain succeeded after its set went", drainPlan(api.PlanStateSucceeded, true, 0, later), nil, drainAction{done: ReasonDrained}},
-		{"drain failed once, retried", drainPlan(api.PlanStateFailed, false, 1, later), withDrain, drainAction{wait: time.Minute}},
-		{"drain failed for good", drainPlan(api.PlanStateFailed, false, 3, later), withDrain, drainAction{done: ReasonDrainFailed}},
-		{"drain timed out", drainPlan(api.PlanStateInProgress, false, 0, earlier), withDrain, drainAction{done: ReasonDrainTimedOut}},
-		{"drain timed out at the deadline", drainPlan(api.PlanStateInProgress, false, 0, now), withDrain, drainAction{done: ReasonDrainTimedOut}},
-		{"success beats the deadline", drainPlan(api.PlanStateSucceeded, true, 0, earlier), withDrain, drainAction{done: ReasonDrained}},
-		{"no deadline: the default from creation", noDeadline, withDrain, drainAction{done: ReasonDrainTimedOut}},
+		{"no plan", false, nil, nil, drainAction{done: ReasonDrained}},
+		{"a hand-written plan", false, handWritten, nil, drainAction{done: ReasonDrained}},
+		{"a set without drain", false, setPlan(), noDrain, drainAction{done: ReasonDrained}},
+		{"its set is gone", false, setPlan(), nil, drainAction{done: ReasonDrained}},
+		{"another set's name", false, otherSets, withDrain, drainAction{done: ReasonDrained}},
+		{"a set with drain", false, setPlan(), withDrain, drainAction{start: true}},
+		{"a set with drain, no agent ever", true, setPlan(), withDrain, drainAction{done: ReasonDrained}},
+		{"no agent, drain already written", true, drainPlan(api.PlanStateSucceeded, true, 0, later), withDrain, drainAction{done: ReasonDrained}},
+		{"drain pending", false, drainPlan(api.PlanStatePending, false, 0, later), withDrain, drainAction{wait: time.Minute}},
+		{"drain in progress", false, drainPlan(api.PlanStateInProgress, false, 0, later), withDrain, drainAction{wait: time.Minute}},
+		{"the old plan's success is not the drain's", false, drainPlan(api.PlanStateSucceeded, false, 0, later), withDrain, drainAction{wait: time.Minute}},
+		{"drain succeeded", false, drainPlan(api.PlanStateSucceeded, true, 0, later), withDrain, drainAction{done: ReasonDrained}},
+		{"drain succeeded after its set went", false, drainPlan(api.PlanStateSucceeded, true, 0, later), nil, drainAction{done: ReasonDrained}},
+		{"drain failed once, retried", false, drainPlan(api.PlanStateFailed, false, 1, later), withDrain, drainAction{wait: time.Minute}},
+		{"drain failed for good", false, drainPlan(api.PlanStateFailed, false, 3, later), withDrain, drainAction{done: ReasonDrainFailed}},
+		{"drain timed out", false, drainPlan(api.PlanStateInProgress, false, 0, earlier), withDrain, drainAction{done: ReasonDrainTimedOut}},
+		{"drain timed out at the deadline", false, drainPlan(api.PlanStateInProgress, false, 0, now), withDrain, drainAction{done: ReasonDrainTimedOut}},
+		{"success beats the deadline", false, drainPlan(api.PlanStateSucceeded, true, 0, earlier), withDrain, drainAction{done: ReasonDrained}},
+		{"no deadline: the default from creation", false, noDeadline, withDrain, drainAction{done: ReasonDrainTimedOut}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := decideDrain(tt.plan, tt.set, now); got != tt.want {
+			if got := decideDrain(!tt.noAgent, tt.plan, tt.set, now); got != tt.want {
 				t.Fatalf("decideDrain = %+v, want %+v", got, tt.want)
 			}
 		})

@@ -705,12 +705,13 @@ type drainAction struct {
 }
 
 // decideDrain is the one place that decides a Draining machine's fate,
-// from its plan, the set that owns that plan (nil if none, or gone), and
-// the time. A machine whose plan is not a set's, or whose set has no drain
-// template, has nothing to drain.
-func decideDrain(plan *api.MachinePlan, set *api.MachinePlanSet, now time.Time) drainAction {
+// from whether an agent ever checked in for it, its plan, the set that
+// owns that plan (nil if none, or gone), and the time. A machine whose
+// plan is not a set's, whose set has no drain template, or that no agent
+// ever ran (a host that never came up) has nothing to drain.
+func decideDrain(agent bool, plan *api.MachinePlan, set *api.MachinePlanSet, now time.Time) drainAction {
 	if plan == nil || plan.Labels[api.PlanDrainLabel] != "true" {
-		if plan != nil && set != nil && set.Spec.Drain != nil && plan.Labels[api.PlanSetLabel] == set.Name && plan.DeletionTimestamp == nil {
+		if agent && plan != nil && set != nil && set.Spec.Drain != nil && plan.Labels[api.PlanSetLabel] == set.Name && plan.DeletionTimestamp == nil {
 			return drainAction{start: true}
 		}
 		return drainAction{done: ReasonDrained}
@@ -754,7 +755,7 @@ func (c *Controller) drain(ctx context.Context, m *api.Machine, step func(event,
 		}
 	}
 	now := c.now()
-	a := decideDrain(plan, set, now)
+	a := decideDrain(m.Status.AgentVersion != "", plan, set, now)
 	switch {
 	case a.done != "":
 		return step(fsm.EventDrained, a.done)
