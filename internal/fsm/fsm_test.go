@@ -57,6 +57,7 @@ var spec = map[*Definition]struct {
 			"WaitCheckIn -agent-checked-in-> Active",
 			"Active -machine-unhealthy-> Degraded",
 			"Degraded -machines-healthy-> Active",
+			"Active -machines-gone-> WaitCheckIn", "Degraded -machines-gone-> WaitCheckIn",
 			"Pending -delete-> Deleting", "WaitCheckIn -delete-> Deleting",
 			"Active -delete-> Deleting", "Degraded -delete-> Deleting",
 		},

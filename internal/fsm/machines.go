@@ -36,6 +36,7 @@ const (
 	EventAwaitCheckIn     = "await-check-in"
 	EventMachineUnhealthy = "machine-unhealthy"
 	EventMachinesHealthy  = "machines-healthy"
+	EventMachinesGone     = "machines-gone"
 	EventDelete           = "delete"
 
 	// Token.
@@ -100,6 +101,10 @@ var Machine = define("Machine", "Pending", machineStates, []transition{
 
 // Cluster is a group of machines; its phase follows theirs. Deleting is
 // final: the object is removed from there, it never comes back.
+//
+// "machines-gone" takes an Active or Degraded cluster none of whose machines
+// has checked in (all deleted, or still registering) back to WaitCheckIn:
+// a phase must not claim machines the cluster does not have, whoever wrote it.
 var Cluster = define("Cluster", "Pending",
 	[]string{"Pending", "WaitCheckIn", "Active", "Degraded", "Deleting"},
 	[]transition{
@@ -107,6 +112,7 @@ var Cluster = define("Cluster", "Pending",
 		{EventAgentCheckedIn, []string{"WaitCheckIn"}, "Active"},
 		{EventMachineUnhealthy, []string{"Active"}, "Degraded"},
 		{EventMachinesHealthy, []string{"Degraded"}, "Active"},
+		{EventMachinesGone, []string{"Active", "Degraded"}, "WaitCheckIn"},
 		{EventDelete, []string{"Pending", "WaitCheckIn", "Active", "Degraded"}, "Deleting"},
 	})
 

@@ -50,7 +50,7 @@ func TestEventConstants(t *testing.T) {
 		EventProvision, EventProvisionFailed, EventRegister, EventAgentCheckedIn, EventPlanApplied, EventPlanChanged, EventPlanFixed,
 		EventAgentSilent, EventAgentReturned, EventAgentReturnedMidPlan, EventPlanFailed, EventDrain, EventDrained,
 		EventFinalized,
-		EventAwaitCheckIn, EventMachineUnhealthy, EventMachinesHealthy, EventDelete,
+		EventAwaitCheckIn, EventMachineUnhealthy, EventMachinesHealthy, EventMachinesGone, EventDelete,
 		EventRevoke,
 	}
 	used := map[string]bool{}

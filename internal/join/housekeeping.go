@@ -2,6 +2,7 @@ package join
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -170,7 +171,10 @@ func (h *Housekeeper) sweep(ctx context.Context) {
 // (spec.clientID set: never an operator's) once they have been empty for
 // EmptyOwnClusterGrace and their agent has not asked to join for as long:
 // nothing else would ever delete them. The delete is bound to the Cluster's
-// UID, and the API refuses it if a Machine has appeared meanwhile.
+// UID. Deleting a Cluster deletes its Machines (internal/lifecycle), so the
+// datastore is asked, not the cache, whether it is still empty: a Machine
+// joins only after its agent asks (a registration, which keeps the cluster
+// for the grace), and this read closes the gap of a cache that lags.
 func (h *Housekeeper) sweepOwnClusters(ctx context.Context, now time.Time, regs []*api.ClusterRegistration) {
 	inUse := map[string]bool{}
 	machines, _ := h.machines.List(labels.Everything())
@@ -203,8 +207,12 @@ func (h *Housekeeper) sweepOwnClusters(ctx context.Context, now time.Time, regs 
 		if recent(since) || recent(c.CreationTimestamp.Time) || recent(asked[c.Spec.ClientID]) {
 			continue
 		}
+		live, err := h.client.MusterV1alpha1().Machines().List(ctx, metav1.ListOptions{FieldSelector: "spec.cluster=" + c.Name, Limit: 1})
+		if err != nil || slices.ContainsFunc(live.Items, func(m api.Machine) bool { return m.Spec.Cluster == c.Name }) {
+			continue // unreadable, or a Machine arrived: the next sweep looks again
+		}
 		uid := c.UID
-		err := h.client.MusterV1alpha1().Clusters().Delete(ctx, c.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		err = h.client.MusterV1alpha1().Clusters().Delete(ctx, c.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		switch {
 		case err == nil:
 			klog.InfoS("Deleted an empty cluster made for one agent", "cluster", c.Name, "emptyFor", now.Sub(since).Round(time.Second))

@@ -3,6 +3,11 @@ package jointoken
 import (
 	"strings"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
 const caHash = "8133569eda2e1da1e7c89c07530421c3250e9e82de316e2bd6b06d58df450ebe"
@@ -67,5 +72,32 @@ func TestHashFormatMatchesTheAPIValidation(t *testing.T) {
 	h := HashSecret("anything")
 	if !strings.HasPrefix(h, "sha256$") || len(h) != len("sha256$")+64 {
 		t.Fatalf("hash %q is not sha256$<64 hex>", h)
+	}
+}
+
+// TestInactive: the reason a token may not be used, as the refused agent reads it.
+func TestInactive(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	tok := func(phase api.TokenPhase, reason string, expires *metav1.Time) *api.ClusterRegistrationToken {
+		return &api.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Name: "abcdef"}, Spec: api.ClusterRegistrationTokenSpec{Cluster: "prod"},
+			Status: api.ClusterRegistrationTokenStatus{Phase: phase, Reason: reason, ExpiresAt: expires}}
+	}
+	past, future := metav1.NewTime(now.Add(-time.Second)), metav1.NewTime(now.Add(time.Hour))
+	tests := []struct {
+		tok  *api.ClusterRegistrationToken
+		want string
+	}{
+		{tok(api.TokenPhaseActive, "", nil), ""},
+		{tok(api.TokenPhaseActive, "", &future), ""},
+		{tok(api.TokenPhaseActive, "", &past), "join token abcdef expired at"},
+		{tok(api.TokenPhaseExpired, "", nil), "join token abcdef has expired"},
+		{tok(api.TokenPhaseRevoked, ReasonRevokedByOperator, nil), "join token abcdef was revoked"},
+		{tok(api.TokenPhaseRevoked, ReasonClusterDeleted, nil), "join token abcdef was revoked when its cluster prod was deleted"},
+	}
+	for _, tt := range tests {
+		got := Inactive(tt.tok, now)
+		if (tt.want == "") != (got == "") || !strings.HasPrefix(got, tt.want) {
+			t.Errorf("%s/%s: Inactive = %q, want %q", tt.tok.Status.Phase, tt.tok.Status.Reason, got, tt.want)
+		}
 	}
 }

@@ -73,6 +73,19 @@ func Create(ctx context.Context, c musterclient.MusterV1alpha1Interface, opts Cr
 // command can be retried; an expired token cannot be revoked (the state
 // machine has no such move) and the server's 422 says so.
 func Revoke(ctx context.Context, c musterclient.MusterV1alpha1Interface, id string) (alreadyRevoked bool, err error) {
+	return RevokeFor(ctx, c, id, ReasonRevokedByOperator)
+}
+
+// Reasons a token is revoked for, recorded in its status.reason.
+const (
+	// ReasonRevokedByOperator: 'muster-server token revoke'.
+	ReasonRevokedByOperator = "RevokedByOperator"
+	// ReasonClusterDeleted: the Cluster it is bound to was deleted.
+	ReasonClusterDeleted = "ClusterDeleted"
+)
+
+// RevokeFor is Revoke, recording reason (one of the Reason constants).
+func RevokeFor(ctx context.Context, c musterclient.MusterV1alpha1Interface, id, reason string) (alreadyRevoked bool, err error) {
 	tokens := c.ClusterRegistrationTokens()
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		t, err := tokens.Get(ctx, id, metav1.GetOptions{})
@@ -84,7 +97,7 @@ func Revoke(ctx context.Context, c musterclient.MusterV1alpha1Interface, id stri
 			return nil
 		}
 		t.Status.Phase = api.TokenPhaseRevoked
-		t.Status.Reason = "RevokedByOperator"
+		t.Status.Reason = reason
 		_, err = tokens.UpdateStatus(ctx, t, metav1.UpdateOptions{})
 		return err
 	})
@@ -119,6 +132,8 @@ func List(ctx context.Context, c musterclient.MusterV1alpha1Interface, w io.Writ
 // authenticator (so the 403 can say why) and every grant ask the same.
 func Inactive(t *api.ClusterRegistrationToken, now time.Time) string {
 	switch {
+	case t.Status.Phase == api.TokenPhaseRevoked && t.Status.Reason == ReasonClusterDeleted:
+		return fmt.Sprintf("join token %s was revoked when its cluster %s was deleted", t.Name, t.Spec.Cluster)
 	case t.Status.Phase == api.TokenPhaseRevoked:
 		return fmt.Sprintf("join token %s was revoked", t.Name)
 	case t.Status.Phase == api.TokenPhaseExpired:

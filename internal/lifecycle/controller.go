@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/fsm"
+	"github.com/muster-io/muster/internal/jointoken"
 	"github.com/muster-io/muster/internal/metrics"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
@@ -57,6 +58,7 @@ type Controller struct {
 	machines listers.MachineLister
 	plans    listers.MachinePlanLister
 	clusters listers.ClusterLister
+	sets     listers.MachinePlanSetLister
 	tracker  *Tracker
 	silence  time.Duration
 	queue    workqueue.TypedRateLimitingInterface[string]
@@ -76,10 +78,11 @@ func NewController(client versioned.Interface, store Store, factory informers.Sh
 	}
 	c := &Controller{
 		client: client, store: store, machines: v.Machines().Lister(), plans: v.MachinePlans().Lister(), clusters: v.Clusters().Lister(),
+		sets: v.MachinePlanSets().Lister(),
 		tracker: tracker, silence: silence, now: time.Now, events: events,
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		clusterQ: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		synced:   []cache.InformerSynced{v.Machines().Informer().HasSynced, v.MachinePlans().Informer().HasSynced, v.Clusters().Informer().HasSynced},
+		synced:   []cache.InformerSynced{v.Machines().Informer().HasSynced, v.MachinePlans().Informer().HasSynced, v.Clusters().Informer().HasSynced, v.MachinePlanSets().Informer().HasSynced},
 	}
 	byName := func(obj interface{}) {
 		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
@@ -118,8 +121,11 @@ func NewController(client versioned.Interface, store Store, factory informers.Sh
 	_, _ = v.MachinePlans().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: byName, UpdateFunc: func(_, o interface{}) { byName(o) },
 	})
+	// Every update too: a delete (deletionTimestamp set) starts the
+	// cascade, and a phase someone wrote is checked against the machines.
 	_, _ = v.Clusters().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(o interface{}) { c.clusterQ.Add(o.(*api.Cluster).Name) },
+		AddFunc:    func(o interface{}) { c.clusterQ.Add(o.(*api.Cluster).Name) },
+		UpdateFunc: func(_, o interface{}) { c.clusterQ.Add(o.(*api.Cluster).Name) },
 	})
 	tracker.onReturn = func(name string) { c.queue.Add(name) }
 	return c
@@ -447,15 +453,20 @@ func (c *Controller) finalize(ctx context.Context, m *api.Machine) error {
 		next := m.DeepCopy()
 		next.Status.Phase, next.Status.Reason = api.MachinePhase(to), reason
 		if _, err = machines.UpdateStatus(ctx, next, metav1.UpdateOptions{}); err == nil {
-			c.events.Eventf(m, corev1.EventTypeNormal, reason, "%s -> %s", m.Status.Phase, to)
+			kind, msg := corev1.EventTypeNormal, fmt.Sprintf("%s -> %s", m.Status.Phase, to)
+			if why := drainOutcome[reason]; why != "" {
+				msg += ": " + why
+			}
+			if reason == ReasonDrainTimedOut || reason == ReasonDrainFailed {
+				kind = corev1.EventTypeWarning
+			}
+			c.events.Event(m, kind, reason, msg)
 		}
 		return err
 	}
 	switch m.Status.Phase {
 	case api.MachinePhaseDraining:
-		// A custom machine has nothing to drain; a driver would cordon and
-		// evict here.
-		return step("drained", "Drained")
+		return c.drain(ctx, m, step)
 	case api.MachinePhaseDeleting:
 		if slices.Contains(m.Finalizers, api.MachineHostFinalizer) {
 			// Its driver removes the host first (internal/pool); dropping
@@ -468,7 +479,7 @@ func (c *Controller) finalize(ctx context.Context, m *api.Machine) error {
 		if err := c.client.MusterV1alpha1().NodePasswords().Delete(ctx, m.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
-		return step("finalized", "Finalized")
+		return step(fsm.EventFinalized, "Finalized")
 	case api.MachinePhaseDeleted:
 		next := m.DeepCopy()
 		next.Finalizers = nil
@@ -480,17 +491,28 @@ func (c *Controller) finalize(ctx context.Context, m *api.Machine) error {
 		_, err := machines.Update(ctx, next, metav1.UpdateOptions{})
 		return err
 	default:
-		return step("drain", "DeletionRequested")
+		return step(fsm.EventDrain, "DeletionRequested")
 	}
 }
 
-// syncCluster keeps a cluster's counts and phase in step with its machines.
+// syncCluster keeps a cluster's counts and phase in step with its
+// machines, and takes a deleted cluster's machines and tokens with it.
 func (c *Controller) syncCluster(ctx context.Context, name string) error {
 	cl, err := c.clusters.Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
+		return err
+	}
+	if cl.DeletionTimestamp != nil {
+		return c.finalizeCluster(ctx, cl)
+	}
+	if !slices.Contains(cl.Finalizers, api.ClusterLifecycleFinalizer) {
+		// A cluster created before the finalizer existed.
+		next := cl.DeepCopy()
+		next.Finalizers = append(next.Finalizers, api.ClusterLifecycleFinalizer)
+		_, err := c.client.MusterV1alpha1().Clusters().Update(ctx, next, metav1.UpdateOptions{})
 		return err
 	}
 	ms, err := c.machines.List(labels.Everything())
@@ -515,23 +537,7 @@ func (c *Controller) syncCluster(ctx context.Context, name string) error {
 			checkedIn = true
 		}
 	}
-	var event, reason string
-	switch cl.Status.Phase {
-	case api.ClusterPhasePending:
-		event, reason = "await-check-in", "WaitingForAgents"
-	case api.ClusterPhaseWaitCheckIn:
-		if checkedIn {
-			event, reason = "agent-checked-in", "AgentCheckedIn"
-		}
-	case api.ClusterPhaseActive:
-		if degraded {
-			event, reason = "machine-unhealthy", "MachineUnhealthy"
-		}
-	case api.ClusterPhaseDegraded:
-		if !degraded {
-			event, reason = "machines-healthy", "MachinesHealthy"
-		}
-	}
+	event, reason := clusterEvent(cl.Status.Phase, checkedIn, degraded)
 	if event == "" && cl.Status.Machines == total && cl.Status.ReadyMachines == ready {
 		return nil
 	}
@@ -546,8 +552,235 @@ func (c *Controller) syncCluster(ctx context.Context, name string) error {
 	}
 	_, err = c.client.MusterV1alpha1().Clusters().UpdateStatus(ctx, next, metav1.UpdateOptions{})
 	if err == nil && event != "" {
+		c.events.Eventf(cl, corev1.EventTypeNormal, reason, "%s -> %s", cl.Status.Phase, next.Status.Phase)
 		// One transition per pass; the next may follow at once.
 		c.clusterQ.Add(name)
 	}
 	return err
+}
+
+// clusterEvent is the event a (not deleted) cluster in phase takes now,
+// given whether any of its machines has checked in and whether any is
+// unhealthy. It corrects a phase that contradicts the machines whoever
+// wrote it: Active or Degraded with no machine checked in goes back to
+// WaitCheckIn, one step at a time (Degraded → WaitCheckIn → Active).
+func clusterEvent(phase api.ClusterPhase, checkedIn, degraded bool) (event, reason string) {
+	switch phase {
+	case api.ClusterPhasePending:
+		return fsm.EventAwaitCheckIn, "WaitingForAgents"
+	case api.ClusterPhaseWaitCheckIn:
+		if checkedIn {
+			return fsm.EventAgentCheckedIn, "AgentCheckedIn"
+		}
+	case api.ClusterPhaseActive:
+		switch {
+		case !checkedIn:
+			return fsm.EventMachinesGone, "NoMachineCheckedIn"
+		case degraded:
+			return fsm.EventMachineUnhealthy, "MachineUnhealthy"
+		}
+	case api.ClusterPhaseDegraded:
+		switch {
+		case !checkedIn:
+			return fsm.EventMachinesGone, "NoMachineCheckedIn"
+		case !degraded:
+			return fsm.EventMachinesHealthy, "MachinesHealthy"
+		}
+	}
+	return "", ""
+}
+
+// finalizeCluster takes a deleted cluster to Deleting, revokes the join
+// tokens bound to it, deletes its machine pools and machines (each drained
+// first, see finalize), and lets it go once none of its machines is left.
+func (c *Controller) finalizeCluster(ctx context.Context, cl *api.Cluster) error {
+	if !slices.Contains(cl.Finalizers, api.ClusterLifecycleFinalizer) {
+		return nil
+	}
+	clusters := c.client.MusterV1alpha1().Clusters()
+	if cl.Status.Phase != api.ClusterPhaseDeleting {
+		to, err := fsm.Cluster.Fire(string(fsm.Cluster.Normalize(string(cl.Status.Phase))), fsm.EventDelete)
+		if err != nil {
+			return err
+		}
+		next := cl.DeepCopy()
+		next.Status.Phase, next.Status.Reason = api.ClusterPhase(to), "DeletionRequested"
+		next.Status.Message = "deleting the cluster's machines and revoking its join tokens"
+		if _, err := clusters.UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		c.events.Eventf(cl, corev1.EventTypeNormal, "DeletionRequested", "%s -> %s: deleting its machines and revoking its join tokens", cl.Status.Phase, to)
+		return nil // the update brings it back
+	}
+	// Tokens first, so that no machine joins the cluster while its
+	// machines are deleted (grants refuse a Deleting cluster too).
+	tokens, err := c.client.MusterV1alpha1().ClusterRegistrationTokens().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, t := range tokens.Items {
+		if t.Spec.Cluster != cl.Name || t.Status.Phase != api.TokenPhaseActive {
+			continue
+		}
+		if _, err := jointoken.RevokeFor(ctx, c.client.MusterV1alpha1(), t.Name, jointoken.ReasonClusterDeleted); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		klog.InfoS("Revoked the join token of a deleted cluster", "cluster", cl.Name, "token", t.Name)
+	}
+	// A pool of the cluster would make its machines again: it goes first,
+	// and removes its machines' hosts as a deleted pool does (internal/pool).
+	pools, err := c.client.MusterV1alpha1().MachinePools().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, p := range pools.Items {
+		if p.Spec.Cluster != cl.Name || p.DeletionTimestamp != nil {
+			continue
+		}
+		if err := c.client.MusterV1alpha1().MachinePools().Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		klog.InfoS("Deleting a machine pool of a deleted cluster", "cluster", cl.Name, "pool", p.Name)
+	}
+	// Read live, not from the cache: a machine created a moment ago must
+	// not be left behind in a cluster that no longer exists.
+	list, err := c.client.MusterV1alpha1().Machines().List(ctx, metav1.ListOptions{FieldSelector: "spec.cluster=" + cl.Name})
+	if err != nil {
+		return err
+	}
+	for _, m := range list.Items {
+		if m.DeletionTimestamp != nil {
+			continue
+		}
+		if err := c.client.MusterV1alpha1().Machines().Delete(ctx, m.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		klog.InfoS("Deleting a machine of a deleted cluster", "cluster", cl.Name, "machine", m.Name)
+	}
+	if n := len(list.Items); n > 0 {
+		// Each machine's deletion brings the cluster back here.
+		if cl.Status.Machines != int32(n) {
+			next := cl.DeepCopy()
+			next.Status.Machines = int32(n)
+			next.Status.Message = fmt.Sprintf("waiting for %d machine(s) to drain and be deleted", n)
+			_, err := clusters.UpdateStatus(ctx, next, metav1.UpdateOptions{})
+			return err
+		}
+		return nil
+	}
+	next := cl.DeepCopy()
+	next.Finalizers = slices.DeleteFunc(next.Finalizers, func(f string) bool { return f == api.ClusterLifecycleFinalizer })
+	if _, err := clusters.Update(ctx, next, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	klog.InfoS("Cluster deleted", "cluster", cl.Name)
+	return nil
+}
+
+// Reasons a Draining machine moves on to Deleting, recorded in its
+// status.reason and its Event.
+const (
+	// ReasonDrained: the drain plan succeeded, or there was nothing to drain.
+	ReasonDrained = "Drained"
+	// ReasonDrainTimedOut: the drain plan did not finish within the set's timeout.
+	ReasonDrainTimedOut = "DrainTimedOut"
+	// ReasonDrainFailed: the drain plan failed its maxFailures times.
+	ReasonDrainFailed = "DrainFailed"
+)
+
+// drainOutcome is what a reason tells the operator, in the Event.
+var drainOutcome = map[string]string{
+	ReasonDrainTimedOut: "the drain plan did not finish within its plan set's spec.drain.timeout; the machine is deleted anyway (see 'kubectl get machineplan -o yaml' before it goes, or the agent's log)",
+	ReasonDrainFailed:   "the drain plan failed; the machine is deleted anyway (the agent's log says why)",
+}
+
+// drainAction is what to do with a Draining machine now.
+type drainAction struct {
+	// start: replace the machine's plan with its set's drain template.
+	start bool
+	// wait: the drain plan is running; look again after this long at the latest.
+	wait time.Duration
+	// done: move on to Deleting, for this reason.
+	done string
+}
+
+// decideDrain is the one place that decides a Draining machine's fate,
+// from whether an agent ever checked in for it, its plan, the set that
+// owns that plan (nil if none, or gone), and the time. A machine whose
+// plan is not a set's, whose set has no drain template, or that no agent
+// ever ran (a host that never came up) has nothing to drain.
+func decideDrain(agent bool, plan *api.MachinePlan, set *api.MachinePlanSet, now time.Time) drainAction {
+	if plan == nil || plan.Labels[api.PlanDrainLabel] != "true" {
+		if agent && plan != nil && set != nil && set.Spec.Drain != nil && plan.Labels[api.PlanSetLabel] == set.Name && plan.DeletionTimestamp == nil {
+			return drainAction{start: true}
+		}
+		return drainAction{done: ReasonDrained}
+	}
+	st := plan.Status
+	switch {
+	case st.State == api.PlanStateSucceeded && st.Checksum != "" && st.AppliedChecksum == st.Checksum:
+		return drainAction{done: ReasonDrained}
+	case st.State == api.PlanStateFailed && st.FailureCount >= plan.Spec.MaxFailures:
+		return drainAction{done: ReasonDrainFailed}
+	}
+	deadline, err := time.Parse(time.RFC3339, plan.Annotations[api.PlanDrainDeadlineAnnotation])
+	if err != nil {
+		// Not written by this server: wait no longer than the default.
+		deadline = plan.CreationTimestamp.Add(api.DefaultDrainTimeout)
+	}
+	if !now.Before(deadline) {
+		return drainAction{done: ReasonDrainTimedOut}
+	}
+	return drainAction{wait: deadline.Sub(now)}
+}
+
+// drain takes a Draining machine on: it gives it its set's drain plan,
+// waits for that plan, then moves it to Deleting with the reason.
+func (c *Controller) drain(ctx context.Context, m *api.Machine, step func(event, reason string) error) error {
+	plan, err := c.plans.Get(m.Name)
+	if apierrors.IsNotFound(err) {
+		plan, err = nil, nil
+	}
+	if err != nil {
+		return err
+	}
+	var set *api.MachinePlanSet
+	if plan != nil && plan.Labels[api.PlanSetLabel] != "" {
+		set, err = c.sets.Get(plan.Labels[api.PlanSetLabel])
+		if apierrors.IsNotFound(err) {
+			set, err = nil, nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	now := c.now()
+	a := decideDrain(m.Status.AgentVersion != "", plan, set, now)
+	switch {
+	case a.done != "":
+		return step(fsm.EventDrained, a.done)
+	case a.wait > 0:
+		c.queue.AddAfter(m.Name, a.wait)
+		return nil
+	}
+	// The update is made on the cached plan's resourceVersion: a plan
+	// changed meanwhile makes it conflict and the next pass decides again.
+	timeout := set.Spec.Drain.DrainTimeout()
+	next := plan.DeepCopy()
+	next.Spec = *set.Spec.Drain.Template.DeepCopy()
+	if next.Labels == nil {
+		next.Labels = map[string]string{}
+	}
+	next.Labels[api.PlanDrainLabel] = "true"
+	if next.Annotations == nil {
+		next.Annotations = map[string]string{}
+	}
+	next.Annotations[api.PlanDrainDeadlineAnnotation] = now.Add(timeout).UTC().Format(time.RFC3339Nano)
+	if _, err := c.client.MusterV1alpha1().MachinePlans().Update(ctx, next, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("giving machine %s the drain plan of plan set %s: %w", m.Name, set.Name, err)
+	}
+	c.events.Eventf(m, corev1.EventTypeNormal, "DrainStarted", "running the drain plan of plan set %s (timeout %s)", set.Name, timeout)
+	klog.InfoS("Machine drain plan written", "machine", m.Name, "set", set.Name, "timeout", timeout)
+	c.queue.AddAfter(m.Name, timeout)
+	return nil
 }

@@ -1,6 +1,8 @@
 package registry
 
 import (
+	"slices"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -18,6 +20,14 @@ var Cluster = Kind[*api.Cluster]{
 	NewList:    func() runtime.Object { return &api.ClusterList{} },
 	Fields:     api.ClusterFields,
 	Lifecycle:  fsm.Cluster,
+	Prepare: func(c, old *api.Cluster) {
+		// From the start, so that no Cluster is removed before the server
+		// has deleted its Machines and revoked its join tokens
+		// (internal/lifecycle); a delete only starts that.
+		if old == nil && !slices.Contains(c.Finalizers, api.ClusterLifecycleFinalizer) {
+			c.Finalizers = append(c.Finalizers, api.ClusterLifecycleFinalizer)
+		}
+	},
 	Validate: func(c *api.Cluster) field.ErrorList {
 		spec := field.NewPath("spec")
 		errs := validateMaxLen(c.Spec.DisplayName, 256, spec.Child("displayName"))
@@ -38,6 +48,11 @@ var Cluster = Kind[*api.Cluster]{
 		status := field.NewPath("status")
 		errs := validateMaxLen(c.Status.Reason, maxReasonBytes, status.Child("reason"))
 		errs = append(errs, validateMaxLen(c.Status.Message, maxMessageBytes, status.Child("message"))...)
+		// Deleting is final: a cluster that was not deleted would stay
+		// there for good, refusing every join.
+		if c.Status.Phase == api.ClusterPhaseDeleting && old.Status.Phase != api.ClusterPhaseDeleting && c.DeletionTimestamp == nil && old.DeletionTimestamp == nil {
+			errs = append(errs, field.Forbidden(status.Child("phase"), "a cluster is Deleting only once it was deleted, and never leaves it: delete it with 'kubectl delete cluster "+c.Name+"' instead"))
+		}
 		return append(errs, validateConditions(c.Status.Conditions, old.Status.Conditions, status.Child("conditions"))...)
 	},
 	Columns: []metav1.TableColumnDefinition{

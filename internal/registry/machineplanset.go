@@ -99,11 +99,35 @@ func validatePlanSet(s *api.MachinePlanSet) field.ErrorList {
 	}
 	// The template is a MachinePlan's spec: the plan's own validation,
 	// with its paths moved under spec.template.
-	for _, e := range validatePlanSpec(&api.MachinePlan{Spec: s.Spec.Template}) {
-		e.Field = "spec.template" + strings.TrimPrefix(e.Field, "spec")
+	errs = append(errs, validateTemplate(s.Spec.Template, "spec.template")...)
+	if d := s.Spec.Drain; d != nil {
+		errs = append(errs, validateTemplate(d.Template, "spec.drain.template")...)
+		if d.Timeout != nil {
+			errs = append(errs, validateDrainTimeout(d.Timeout.Duration, spec.Child("drain", "timeout"))...)
+		}
+	}
+	return errs
+}
+
+// validateTemplate is a MachinePlan's own validation of a template, with
+// its paths moved under at.
+func validateTemplate(t api.MachinePlanSpec, at string) field.ErrorList {
+	var errs field.ErrorList
+	for _, e := range validatePlanSpec(&api.MachinePlan{Spec: t}) {
+		e.Field = at + strings.TrimPrefix(e.Field, "spec")
 		errs = append(errs, e)
 	}
 	return errs
+}
+
+// validateDrainTimeout bounds how long a deleted machine may wait for its
+// drain plan: long enough to run one, short enough that a machine whose
+// agent is gone is still deleted the same day.
+func validateDrainTimeout(d time.Duration, fld *field.Path) field.ErrorList {
+	if d < time.Second || d > api.MaxDrainTimeout {
+		return field.ErrorList{field.Invalid(fld, d.String(), fmt.Sprintf("must be 1s to %s (for example 5m); leave it out for the default %s", api.MaxDrainTimeout, api.DefaultDrainTimeout))}
+	}
+	return nil
 }
 
 func validateMaxUnavailable(v intstr.IntOrString, fld *field.Path) field.ErrorList {

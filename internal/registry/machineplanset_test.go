@@ -20,6 +20,10 @@ func TestValidatePlanSet(t *testing.T) {
 		}}
 	}
 	count := func(n int32) *intstr.IntOrString { v := intstr.FromInt32(n); return &v }
+	dur := func(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+	drain := func(path string, timeout *metav1.Duration) *api.MachinePlanSetDrain {
+		return &api.MachinePlanSetDrain{Template: api.MachinePlanSpec{Files: []api.PlanFile{{Path: path, Content: "x"}}}, Timeout: timeout}
+	}
 	pct := func(s string) *intstr.IntOrString { v := intstr.FromString(s); return &v }
 	part := func(name, role string) api.PlanSetPartition {
 		return api.PlanSetPartition{Name: name, Selector: metav1.LabelSelector{MatchLabels: map[string]string{"role": role}}}
@@ -64,6 +68,12 @@ func TestValidatePlanSet(t *testing.T) {
 		{"progressDeadline too short", func(s *api.MachinePlanSet) { s.Spec.Strategy.ProgressDeadline = deadline(time.Second) }, "10s to 24h"},
 		{"progressDeadline too long", func(s *api.MachinePlanSet) { s.Spec.Strategy.ProgressDeadline = deadline(48 * time.Hour) }, "10s to 24h"},
 		{"bad template", func(s *api.MachinePlanSet) { s.Spec.Template.Files[0].Path = "relative" }, "spec.template.files[0].path"},
+		{"drain", func(s *api.MachinePlanSet) { s.Spec.Drain = drain("/etc/muster/drain", nil) }, ""},
+		{"drain with a timeout", func(s *api.MachinePlanSet) { s.Spec.Drain = drain("/etc/muster/drain", dur(time.Minute)) }, ""},
+		{"bad drain template", func(s *api.MachinePlanSet) { s.Spec.Drain = drain("relative", nil) }, "spec.drain.template.files[0].path"},
+		{"drain timeout 0", func(s *api.MachinePlanSet) { s.Spec.Drain = drain("/etc/muster/drain", dur(0)) }, "spec.drain.timeout"},
+		{"drain timeout negative", func(s *api.MachinePlanSet) { s.Spec.Drain = drain("/etc/muster/drain", dur(-time.Minute)) }, "must be 1s to 24h0m0s"},
+		{"drain timeout over a day", func(s *api.MachinePlanSet) { s.Spec.Drain = drain("/etc/muster/drain", dur(25*time.Hour)) }, "must be 1s to 24h0m0s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -36,9 +36,8 @@ func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter, lastHe
 		all = append(all, s)
 		byResource[s.Resource] = s
 	}
-	// A Cluster is deleted only once it has no Machines (clusterdelete.go).
-	clusters := byResource[Cluster.Resource]
-	clusters.Main = &clusterREST{REST: clusters.Main.(*REST), machines: byResource[Machine.Resource].store}
+	// A deleted Cluster's Machines are deleted with it: its finalizer
+	// (cluster.go) holds it until internal/lifecycle has done so.
 	if drivers != nil {
 		pools := byResource[MachinePool.Resource]
 		pools.Main = &poolREST{REST: pools.Main.(*REST), drivers: drivers}

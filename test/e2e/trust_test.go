@@ -316,7 +316,8 @@ func TestTrustFindings(t *testing.T) {
 		s.mustKubectl("delete", "cluster", "doomed", "--wait=true")
 		before := s.joinState(t)
 		_, err := newJoiner("orphan-node").register(ctx, tok, metav1.CreateOptions{}, nil)
-		wantRefusal(t, err, apierrors.IsForbidden, "cluster doomed", "does not exist")
+		// Deleting the cluster revoked its token, and the refusal says why.
+		wantRefusal(t, err, apierrors.IsForbidden, "revoked when its cluster doomed was deleted", "muster-server token create")
 		if after := s.joinState(t); after != before {
 			t.Errorf("state changed:\n%s\n→\n%s", before, after)
 		}

@@ -50,6 +50,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.MachinePlan{}.OpenAPIModelName():                    schema_pkg_apis_muster_v1alpha1_MachinePlan(ref),
 		v1alpha1.MachinePlanList{}.OpenAPIModelName():                schema_pkg_apis_muster_v1alpha1_MachinePlanList(ref),
 		v1alpha1.MachinePlanSet{}.OpenAPIModelName():                 schema_pkg_apis_muster_v1alpha1_MachinePlanSet(ref),
+		v1alpha1.MachinePlanSetDrain{}.OpenAPIModelName():            schema_pkg_apis_muster_v1alpha1_MachinePlanSetDrain(ref),
 		v1alpha1.MachinePlanSetList{}.OpenAPIModelName():             schema_pkg_apis_muster_v1alpha1_MachinePlanSetList(ref),
 		v1alpha1.MachinePlanSetSpec{}.OpenAPIModelName():             schema_pkg_apis_muster_v1alpha1_MachinePlanSetSpec(ref),
 		v1alpha1.MachinePlanSetStatus{}.OpenAPIModelName():           schema_pkg_apis_muster_v1alpha1_MachinePlanSetStatus(ref),
@@ -1687,6 +1688,35 @@ func schema_pkg_apis_muster_v1alpha1_MachinePlanSet(ref common.ReferenceCallback
 	}
 }
 
+func schema_pkg_apis_muster_v1alpha1_MachinePlanSetDrain(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "MachinePlanSetDrain is what a set's machines run before they are deleted.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"template": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Template replaces the machine's plan when the machine enters Draining (the plan is labelled muster.io/plan-drain=true). The machine moves on to Deleting once the agent reports it succeeded (reason Drained), once it failed for good (DrainFailed), or once Timeout passed (DrainTimedOut), whichever comes first.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.MachinePlanSpec{}.OpenAPIModelName()),
+						},
+					},
+					"timeout": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Timeout is how long the server waits for the drain plan, from the moment it is written: at least 1s, at most 24h. Default 5m.",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"template"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.MachinePlanSpec{}.OpenAPIModelName(), metav1.Duration{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_muster_v1alpha1_MachinePlanSetList(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1779,12 +1809,18 @@ func schema_pkg_apis_muster_v1alpha1_MachinePlanSetSpec(ref common.ReferenceCall
 							Ref:         ref(v1alpha1.MachinePlanSetStrategy{}.OpenAPIModelName()),
 						},
 					},
+					"drain": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Drain, if set, is the plan a selected machine runs when it is deleted (enters Draining), before the server deletes it: stop services, hand work over. Without it a machine is deleted at once.",
+							Ref:         ref(v1alpha1.MachinePlanSetDrain{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"template"},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.MachinePlanSetStrategy{}.OpenAPIModelName(), v1alpha1.MachinePlanSpec{}.OpenAPIModelName(), metav1.LabelSelector{}.OpenAPIModelName()},
+			v1alpha1.MachinePlanSetDrain{}.OpenAPIModelName(), v1alpha1.MachinePlanSetStrategy{}.OpenAPIModelName(), v1alpha1.MachinePlanSpec{}.OpenAPIModelName(), metav1.LabelSelector{}.OpenAPIModelName()},
 	}
 }
 

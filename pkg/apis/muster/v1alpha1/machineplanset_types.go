@@ -12,6 +12,24 @@ import (
 // them. A plan without it was written by hand and no set ever touches it.
 const PlanSetLabel = "muster.io/plan-set"
 
+// PlanDrainLabel marks a MachinePlan the server replaced with its set's
+// drain template when the Machine entered Draining (value "true"): the
+// agent runs it, and the Machine stays Draining until it succeeded or the
+// set's drain timeout passed.
+const PlanDrainLabel = "muster.io/plan-drain"
+
+// PlanDrainDeadlineAnnotation records, on a drain plan, when the server
+// stops waiting for it (RFC 3339): the set's drain timeout from the moment
+// the drain plan was written.
+const PlanDrainDeadlineAnnotation = "muster.io/plan-drain-deadline"
+
+// DefaultDrainTimeout is how long a Machine waits for its drain plan when
+// spec.drain.timeout is not set; MaxDrainTimeout bounds what may be set.
+const (
+	DefaultDrainTimeout = 5 * time.Minute
+	MaxDrainTimeout     = 24 * time.Hour
+)
+
 // PlanSetRevisionLabel records the set's template revision a MachinePlan
 // was written from.
 const PlanSetRevisionLabel = "muster.io/plan-set-revision"
@@ -92,6 +110,33 @@ type MachinePlanSetSpec struct {
 	// Strategy bounds a rollout.
 	// +optional
 	Strategy MachinePlanSetStrategy `json:"strategy,omitempty"`
+	// Drain, if set, is the plan a selected machine runs when it is deleted
+	// (enters Draining), before the server deletes it: stop services, hand
+	// work over. Without it a machine is deleted at once.
+	// +optional
+	Drain *MachinePlanSetDrain `json:"drain,omitempty"`
+}
+
+// MachinePlanSetDrain is what a set's machines run before they are deleted.
+type MachinePlanSetDrain struct {
+	// Template replaces the machine's plan when the machine enters
+	// Draining (the plan is labelled muster.io/plan-drain=true). The
+	// machine moves on to Deleting once the agent reports it succeeded
+	// (reason Drained), once it failed for good (DrainFailed), or once
+	// Timeout passed (DrainTimedOut), whichever comes first.
+	Template MachinePlanSpec `json:"template"`
+	// Timeout is how long the server waits for the drain plan, from the
+	// moment it is written: at least 1s, at most 24h. Default 5m.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// DrainTimeout is d's timeout, or the default when it is not set.
+func (d *MachinePlanSetDrain) DrainTimeout() time.Duration {
+	if d == nil || d.Timeout == nil {
+		return DefaultDrainTimeout
+	}
+	return d.Timeout.Duration
 }
 
 // MachinePlanSetStrategy bounds a rollout of a template change.

@@ -376,6 +376,11 @@ const (
 // Deleting and removed its MachinePlan and NodePassword.
 const MachineLifecycleFinalizer = "muster.io/machine-lifecycle"
 
+// ClusterLifecycleFinalizer is on every Cluster from its creation: it holds
+// a deleted Cluster in Deleting until the server has deleted its Machines
+// (each drained first) and revoked the join tokens bound to it.
+const ClusterLifecycleFinalizer = "muster.io/cluster-lifecycle"
+
 // MachineHostFinalizer is on every Machine a MachinePool's driver made: it
 // holds a deleted Machine in Deleting until the driver has removed its host,
 // so that a host never outlives the Machine that names it.

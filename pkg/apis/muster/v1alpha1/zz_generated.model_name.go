@@ -137,6 +137,11 @@ func (in MachinePlanSet) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MachinePlanSetDrain) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.MachinePlanSetDrain"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in MachinePlanSetList) OpenAPIModelName() string {
 	return "io.muster.v1alpha1.MachinePlanSetList"
 }
