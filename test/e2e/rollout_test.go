@@ -114,7 +114,7 @@ func TestPlanSetPartitions(t *testing.T) {
 
 	applySet(t, s, slow(doc("v2", "")))
 	v2 := currentRevision(t, s, "fleet")
-	sawPartition := map[string]bool{}
+	sawPartition, sawInTable := map[string]bool{}, map[string]bool{}
 	waitFor(t, 90*time.Second, "the v2 rollout, control plane first", func() bool {
 		ps := setPlans(t, s, "fleet")
 		cp := ps["pt-cp"]
@@ -134,9 +134,21 @@ func TestPlanSetPartitions(t *testing.T) {
 		}
 		if p := setField(s, "fleet", "{.status.currentPartition}"); p != "" {
 			sawPartition[p] = true
-			if table := s.mustKubectl("get", "mps", "fleet"); !strings.Contains(table, "PARTITION") || !strings.Contains(table, p) {
-				t.Errorf("kubectl get mps does not show partition %s:\n%s", p, table)
+		}
+		// Read apart from the status above: the partition may have moved
+		// on in between, so the table is checked on its own.
+		table := s.mustKubectl("get", "mps", "fleet")
+		if lines := strings.Split(strings.TrimSpace(table), "\n"); len(lines) == 2 && strings.Contains(lines[0], "PARTITION") {
+			// The column's cell, by its header's offset: an empty cell
+			// would shift a split by fields.
+			if at := strings.Index(lines[0], "PARTITION"); len(lines[1]) > at {
+				switch cell := strings.Fields(lines[1][at:]); {
+				case len(cell) > 0 && (cell[0] == "control-plane" || cell[0] == "worker"):
+					sawInTable[cell[0]] = true
+				}
 			}
+		} else {
+			t.Errorf("kubectl get mps has no PARTITION column:\n%s", table)
 		}
 		f := strings.Fields(setCondition(s, "fleet", "Complete"))
 		return len(f) >= 3 && f[0] == f[1] && f[2] == "True"
@@ -144,6 +156,9 @@ func TestPlanSetPartitions(t *testing.T) {
 	t.Logf("partitions seen in status.currentPartition during the rollout: %v", sawPartition)
 	if !sawPartition["control-plane"] && !sawPartition["worker"] {
 		t.Errorf("status.currentPartition never named a partition during the rollout: saw %v", sawPartition)
+	}
+	if len(sawInTable) == 0 {
+		t.Errorf("kubectl get mps never showed a partition in its PARTITION column during the rollout")
 	}
 	for name, dir := range out {
 		if got := readConf(t, dir); got != "v2" {
