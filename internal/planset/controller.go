@@ -234,7 +234,9 @@ func (c *Controller) reconcile(ctx context.Context, cs compiledSet, machines []*
 		// A Machine being deleted loses its plan with it (internal/lifecycle).
 		if pv != nil && pv.set == s.Name && m.DeletionTimestamp == nil {
 			owned = append(owned, m.Name)
-			revisions[pv.revision]++
+			if pv.revision != "" { // a cleanup plan counts for no revision
+				revisions[pv.revision]++
+			}
 		}
 		if m.DeletionTimestamp != nil || !cs.selects(m) {
 			continue
@@ -266,6 +268,14 @@ func (c *Controller) reconcile(ctx context.Context, cs compiledSet, machines []*
 	d := decide(s.Name, rev, selected, owned, st)
 	var writes []func() error
 	for _, name := range d.prune {
+		cur := planOf[name]
+		if s.Spec.OnUnmatch == api.OnUnmatchRemoveFiles && exists[name] && cur != nil {
+			if e, ok := c.expect[name]; ok && !e.deleted && e.revision == "" {
+				continue // its cleanup plan is written; the cache has yet to show it
+			}
+			writes = append(writes, func() error { return c.removeFiles(ctx, s, name, cur) })
+			continue
+		}
 		writes = append(writes, func() error { return c.deletePlan(ctx, s.Name, name) })
 	}
 	for _, name := range append(append([]string{}, d.create...), d.update...) {
@@ -289,6 +299,46 @@ func (c *Controller) reconcile(ctx context.Context, cs compiledSet, machines []*
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
+	return nil
+}
+
+// removeFiles has the agent of a machine that stopped matching delete the
+// files the set's plan wrote (onUnmatch: RemoveFiles), then removes the
+// plan: a plan of the set that deletes them replaces its plan, and is
+// removed once the agent ran it (or failed for good: the set does not hold
+// a machine it no longer selects). The cleanup plan carries no revision,
+// so the set's revision counts leave the machine out.
+func (c *Controller) removeFiles(ctx context.Context, s *api.MachinePlanSet, machine string, cur *api.MachinePlan) error {
+	if cur.Annotations[api.PlanSetCleanupAnnotation] == "true" {
+		st := cur.Status
+		ran := st.State == api.PlanStateSucceeded && st.Checksum != "" && st.AppliedChecksum == st.Checksum
+		if ran || (st.State == api.PlanStateFailed && st.FailureCount >= cur.Spec.MaxFailures) {
+			return c.deletePlan(ctx, s.Name, machine)
+		}
+		return nil // the agent has yet to run it
+	}
+	var files []api.PlanFile
+	for _, f := range cur.Spec.Files {
+		if !f.Delete {
+			files = append(files, api.PlanFile{Path: f.Path, Delete: true})
+		}
+	}
+	if len(files) == 0 {
+		return c.deletePlan(ctx, s.Name, machine)
+	}
+	p := cur.DeepCopy()
+	delete(p.Labels, api.PlanSetRevisionLabel)
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Annotations[api.PlanSetCleanupAnnotation] = "true"
+	p.Spec = api.MachinePlanSpec{Files: files, MaxFailures: 1}
+	// On the cached resourceVersion: a plan taken over meanwhile is not overwritten.
+	if _, err := c.client.MusterV1alpha1().MachinePlans().Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("writing the plan that removes plan set %s's files from machine %s: %w", s.Name, machine, err)
+	}
+	c.expectWrite(machine, expectation{set: s.Name, at: time.Now()})
+	klog.InfoS("Plan set removes its files from a machine that stopped matching", "set", s.Name, "machine", machine, "files", len(files))
 	return nil
 }
 

@@ -106,6 +106,12 @@ func validatePlanSet(s *api.MachinePlanSet) field.ErrorList {
 			errs = append(errs, validateDrainTimeout(d.Timeout.Duration, spec.Child("drain", "timeout"))...)
 		}
 	}
+	switch s.Spec.OnUnmatch {
+	case "", api.OnUnmatchKeep, api.OnUnmatchRemoveFiles:
+	default:
+		errs = append(errs, field.NotSupported(spec.Child("onUnmatch"), s.Spec.OnUnmatch,
+			[]string{string(api.OnUnmatchKeep), string(api.OnUnmatchRemoveFiles)}))
+	}
 	return errs
 }
 

@@ -74,6 +74,9 @@ func TestValidatePlanSet(t *testing.T) {
 		{"drain timeout 0", func(s *api.MachinePlanSet) { s.Spec.Drain = drain("/etc/muster/drain", dur(0)) }, "spec.drain.timeout"},
 		{"drain timeout negative", func(s *api.MachinePlanSet) { s.Spec.Drain = drain("/etc/muster/drain", dur(-time.Minute)) }, "must be 1s to 24h0m0s"},
 		{"drain timeout over a day", func(s *api.MachinePlanSet) { s.Spec.Drain = drain("/etc/muster/drain", dur(25*time.Hour)) }, "must be 1s to 24h0m0s"},
+		{"onUnmatch Keep", func(s *api.MachinePlanSet) { s.Spec.OnUnmatch = api.OnUnmatchKeep }, ""},
+		{"onUnmatch RemoveFiles", func(s *api.MachinePlanSet) { s.Spec.OnUnmatch = api.OnUnmatchRemoveFiles }, ""},
+		{"onUnmatch unknown", func(s *api.MachinePlanSet) { s.Spec.OnUnmatch = "Shred" }, "spec.onUnmatch"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

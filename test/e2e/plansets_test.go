@@ -241,3 +241,73 @@ func TestPlanSet(t *testing.T) {
 		t.Errorf("the hand-written plan went with the set: %v", err)
 	}
 }
+
+// TestPlanSetOnUnmatch: a machine relabelled out of a set loses the set's
+// plan; with onUnmatch: RemoveFiles the agent first deletes the files the
+// template wrote, by default (Keep) they stay.
+func TestPlanSetOnUnmatch(t *testing.T) {
+	s := startServer(t, "")
+	token := newToken(t, s)
+	dirs := map[string]string{"um-remove": t.TempDir(), "um-keep": t.TempDir()}
+	for name, dir := range dirs {
+		runAgentBinaryEnv(t, []string{"PLANSET_OUT=" + dir},
+			"--server", s.url(), "--data-dir", t.TempDir(), "--token", token, "--node-name", name, "--label", "set="+name)
+	}
+	for name := range dirs {
+		waitFor(t, 60*time.Second, "machine "+name+" to register", func() bool {
+			_, err := s.kubectl("get", "machine", name)
+			return err == nil
+		})
+		waitPhase(t, s, name, "Running", 60*time.Second)
+	}
+	set := func(name, onUnmatch string) string {
+		return fmt.Sprintf(`apiVersion: muster.io/v1alpha1
+kind: MachinePlanSet
+metadata:
+  name: %s
+spec:
+  selector: {matchLabels: {set: %s}}
+  onUnmatch: %s
+  template:
+    files:
+    - {path: %s, content: "from the set\n", mode: 420}
+`, name, name, onUnmatch, filepath.Join(dirs[name], "app.conf"))
+	}
+	applySet(t, s, set("um-remove", "RemoveFiles"))
+	applySet(t, s, set("um-keep", "Keep"))
+	for name, dir := range dirs {
+		waitSetCondition(t, s, name, "Complete", "True")
+		if b, err := os.ReadFile(filepath.Join(dir, "app.conf")); err != nil || string(b) != "from the set\n" {
+			t.Fatalf("%s: the set's file is %q, %v", name, b, err)
+		}
+	}
+	bad := strings.Replace(set("um-bad", "Keep"), "onUnmatch: Keep", "onUnmatch: Shred", 1)
+	f := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(f, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.kubectl("create", "-f", f); err == nil || !strings.Contains(got, "spec.onUnmatch") || !strings.Contains(got, "RemoveFiles") {
+		t.Errorf("onUnmatch: Shred: want a 422 naming spec.onUnmatch and its values, got %v:\n%s", err, got)
+	}
+
+	for name := range dirs {
+		s.mustKubectl("label", "machine", name, "set=none", "--overwrite")
+	}
+	for name := range dirs {
+		waitFor(t, 60*time.Second, name+"'s set plan to be removed", func() bool {
+			_, err := s.kubectl("get", "machineplan", name)
+			return err != nil
+		})
+	}
+	if _, err := os.Stat(filepath.Join(dirs["um-remove"], "app.conf")); !os.IsNotExist(err) {
+		t.Errorf("onUnmatch: RemoveFiles left the set's file in place (stat: %v)", err)
+	}
+	if _, err := os.Stat(filepath.Join(dirs["um-keep"], "app.conf")); err != nil {
+		t.Errorf("onUnmatch: Keep removed the set's file: %v", err)
+	}
+	for _, name := range []string{"um-remove", "um-keep"} {
+		if got := s.mustKubectl("get", "machine", name, "-o", "jsonpath={.status.phase}"); got != "Running" {
+			t.Errorf("%s is %s after leaving the set, want Running", name, got)
+		}
+	}
+}

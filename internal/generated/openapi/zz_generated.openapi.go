@@ -1815,6 +1815,13 @@ func schema_pkg_apis_muster_v1alpha1_MachinePlanSetSpec(ref common.ReferenceCall
 							Ref:         ref(v1alpha1.MachinePlanSetDrain{}.OpenAPIModelName()),
 						},
 					},
+					"onUnmatch": {
+						SchemaProps: spec.SchemaProps{
+							Description: "OnUnmatch is what happens on a machine that stops matching (relabelled out, or the selector narrowed): \"Keep\" (the default) removes the set's plan and leaves the files it wrote in place, as a package manager leaves configuration; \"RemoveFiles\" first has the agent delete the files the template wrote, then removes the plan. A deleted set's plans are removed without either.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"template"},
 			},

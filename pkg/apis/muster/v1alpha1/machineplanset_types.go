@@ -115,7 +115,31 @@ type MachinePlanSetSpec struct {
 	// work over. Without it a machine is deleted at once.
 	// +optional
 	Drain *MachinePlanSetDrain `json:"drain,omitempty"`
+	// OnUnmatch is what happens on a machine that stops matching (relabelled
+	// out, or the selector narrowed): "Keep" (the default) removes the
+	// set's plan and leaves the files it wrote in place, as a package
+	// manager leaves configuration; "RemoveFiles" first has the agent
+	// delete the files the template wrote, then removes the plan. A
+	// deleted set's plans are removed without either.
+	// +optional
+	OnUnmatch PlanSetOnUnmatch `json:"onUnmatch,omitempty"`
 }
+
+// PlanSetOnUnmatch is what a set does on a machine that stops matching.
+type PlanSetOnUnmatch string
+
+const (
+	// OnUnmatchKeep removes the set's plan; its files stay.
+	OnUnmatchKeep PlanSetOnUnmatch = "Keep"
+	// OnUnmatchRemoveFiles deletes the template's files on the machine,
+	// then removes the plan.
+	OnUnmatchRemoveFiles PlanSetOnUnmatch = "RemoveFiles"
+)
+
+// PlanSetCleanupAnnotation marks the plan a set wrote to delete its files
+// from a machine that stopped matching (onUnmatch: RemoveFiles); the set
+// removes the plan once the agent ran it.
+const PlanSetCleanupAnnotation = "muster.io/plan-set-cleanup"
 
 // MachinePlanSetDrain is what a set's machines run before they are deleted.
 type MachinePlanSetDrain struct {
