@@ -1,0 +1,244 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/yamux"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/muster-io/muster/internal/caller"
+)
+
+// Hub is the server's end: the tunnel of each machine whose agent is
+// connected to this server, one per machine.
+type Hub struct {
+	// MaxStreams caps the streams one tunnel carries at once; zero means
+	// DefaultMaxStreams.
+	MaxStreams int
+	// replyTimeout bounds how long an agent may take to accept or refuse
+	// a stream.
+	replyTimeout time.Duration
+
+	// Events, if set, records every exec on its Machine, where an
+	// auditor reads the Machine's history (kubectl get events).
+	Events record.EventRecorder
+	// LastSeen, if set, says when a machine's agent was last heard, for
+	// the answer to a request for a machine whose agent is away.
+	LastSeen func(machine string) time.Time
+
+	mu      sync.Mutex
+	tunnels map[string]*tunnel
+}
+
+type tunnel struct {
+	machine string
+	uid     string
+	sess    *yamux.Session
+	since   time.Time
+	streams chan struct{}
+}
+
+// NewHub returns an empty hub.
+func NewHub() *Hub {
+	return &Hub{tunnels: map[string]*tunnel{}, replyTimeout: 15 * time.Second}
+}
+
+// Errors of Open; the HTTP side maps them to status codes.
+var (
+	// ErrNotConnected: the machine's agent holds no tunnel to this server.
+	ErrNotConnected = errors.New("the machine's agent is not connected")
+	// ErrBusy: the tunnel already carries MaxStreams streams.
+	ErrBusy = errors.New("the machine's tunnel carries its maximum of streams")
+)
+
+// RefusedError is the agent's own refusal of a stream, in its words.
+type RefusedError struct{ Reason string }
+
+func (e *RefusedError) Error() string { return "the agent refused: " + e.Reason }
+
+// Machines are the machines whose tunnels this hub holds, sorted.
+func (h *Hub) Machines() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]string, 0, len(h.tunnels))
+	for m := range h.tunnels {
+		out = append(out, m)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Connected reports whether machine's agent holds a tunnel to this server.
+func (h *Hub) Connected(machine string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.tunnels[machine]
+	return ok
+}
+
+// ServeHTTP is the agent's end of Path: it holds the tunnel for as long as
+// the request lasts. The caller is authenticated and authorized by the
+// handler chain before this runs (internal/apiserver allows only a machine
+// whose Machine exists); the chain also ends the request when the Machine
+// is deleted, which closes the tunnel.
+func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	u, _ := request.UserFrom(r.Context())
+	name, uid, ok := caller.Machine(u)
+	if !ok {
+		http.Error(w, "only a machine's agent, with its certificate, may open a tunnel", http.StatusForbidden)
+		return
+	}
+	if r.Method != http.MethodPost {
+		http.Error(w, "a tunnel is opened with POST", http.StatusMethodNotAllowed)
+		return
+	}
+	rc := http.NewResponseController(w)
+	// HTTP/1.1 needs this to read the body while writing the response;
+	// HTTP/2 (what the agent speaks) is full-duplex already.
+	_ = rc.EnableFullDuplex()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		klog.InfoS("Cannot serve a tunnel: the response cannot be flushed", "machine", name, "err", err)
+		return
+	}
+	conn := &serverConn{body: r.Body, w: w, rc: rc}
+	sess, err := yamux.Client(conn, muxConfig())
+	if err != nil {
+		klog.ErrorS(err, "Cannot start a tunnel's multiplexer", "machine", name)
+		return
+	}
+	max := h.MaxStreams
+	if max <= 0 {
+		max = DefaultMaxStreams
+	}
+	t := &tunnel{machine: name, uid: uid, sess: sess, since: time.Now(), streams: make(chan struct{}, max)}
+	h.mu.Lock()
+	old := h.tunnels[name]
+	h.tunnels[name] = t
+	h.mu.Unlock()
+	if old != nil {
+		// The agent reconnected (a new session after a renewal, or the old
+		// connection died without this server noticing yet): the newer
+		// tunnel is the one it reads.
+		_ = old.sess.Close()
+	}
+	klog.V(2).InfoS("Tunnel opened", "machine", name)
+	select {
+	case <-sess.CloseChan():
+	case <-r.Context().Done():
+	}
+	_ = sess.Close()
+	h.mu.Lock()
+	if h.tunnels[name] == t {
+		delete(h.tunnels, name)
+	}
+	h.mu.Unlock()
+	klog.V(2).InfoS("Tunnel closed", "machine", name, "after", time.Since(t.since).Round(time.Second))
+}
+
+// serverConn is the server's side of a tunnel's byte stream: the request
+// body in, the flushed response body out.
+type serverConn struct {
+	body io.ReadCloser
+	w    io.Writer
+	rc   *http.ResponseController
+	mu   sync.Mutex
+	done bool
+}
+
+func (c *serverConn) Read(p []byte) (int, error) { return c.body.Read(p) }
+
+func (c *serverConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done {
+		return 0, io.ErrClosedPipe
+	}
+	n, err := c.w.Write(p)
+	if err == nil {
+		err = c.rc.Flush()
+	}
+	return n, err
+}
+
+// Close unblocks the multiplexer's reads and writes, so that the handler
+// can return; nothing is written after it.
+func (c *serverConn) Close() error {
+	_ = c.rc.SetWriteDeadline(time.Now())
+	_ = c.body.Close()
+	c.mu.Lock()
+	c.done = true
+	c.mu.Unlock()
+	return nil
+}
+
+// Stream is one stream the agent accepted.
+type Stream struct {
+	*yamux.Stream
+	release func()
+}
+
+// Done gives back the stream's slot and resets it; call it once when the
+// stream is no longer read.
+func (s *Stream) Done() {
+	_ = s.Stream.Close()
+	_ = s.Stream.SetReadDeadline(time.Now())
+	s.release()
+}
+
+// Open asks machine's agent for a stream of req's kind. It returns
+// ErrNotConnected, ErrBusy, a *RefusedError, or the stream to use;
+// Done must be called on it.
+func (h *Hub) Open(ctx context.Context, machine string, req Request) (*Stream, error) {
+	h.mu.Lock()
+	t := h.tunnels[machine]
+	h.mu.Unlock()
+	if t == nil {
+		return nil, ErrNotConnected
+	}
+	select {
+	case t.streams <- struct{}{}:
+	default:
+		return nil, ErrBusy
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { <-t.streams }) }
+	s, err := t.sess.OpenStream()
+	if err != nil {
+		release()
+		if errors.Is(err, yamux.ErrSessionShutdown) {
+			return nil, ErrNotConnected
+		}
+		return nil, fmt.Errorf("opening a stream to machine %s: %w", machine, err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = s.SetReadDeadline(time.Now()) })
+	defer stop()
+	_ = s.SetReadDeadline(time.Now().Add(h.replyTimeout))
+	var reply Reply
+	err = writeHeader(s, req)
+	if err == nil {
+		err = readHeader(s, &reply)
+	}
+	if err != nil {
+		_ = s.Close()
+		release()
+		return nil, fmt.Errorf("the agent of machine %s did not answer the stream request: %w", machine, err)
+	}
+	_ = s.SetReadDeadline(time.Time{})
+	if reply.Error != "" {
+		_ = s.Close()
+		release()
+		return nil, &RefusedError{Reason: reply.Error}
+	}
+	return &Stream{Stream: s, release: release}, nil
+}

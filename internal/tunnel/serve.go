@@ -1,0 +1,238 @@
+package tunnel
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/klog/v2"
+
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// What the Machine subresources are called; the same names as a Pod's, so
+// that authorization rules read the same.
+const (
+	SubresourceExec        = "exec"
+	SubresourcePortForward = "portforward"
+	SubresourceLog         = "log"
+)
+
+var machines = schema.GroupResource{Group: api.GroupName, Resource: "machines"}
+
+// Connect serves one request for a Machine's subresource through its
+// agent's tunnel. An error is returned before anything was written, for
+// the caller to answer with; once the stream runs, errors end it.
+func (h *Hub) Connect(subresource string, m *api.Machine, who user.Info, w http.ResponseWriter, r *http.Request) error {
+	switch subresource {
+	case SubresourceExec:
+		return h.exec(m, who, w, r)
+	case SubresourcePortForward:
+		return h.portForward(m, who, w, r)
+	case SubresourceLog:
+		return h.log(m, who, w, r)
+	}
+	return apierrors.NewNotFound(machines, m.Name+"/"+subresource)
+}
+
+// ValidateCommand checks an exec's command line before it is sent.
+func ValidateCommand(argv []string) error {
+	if len(argv) == 0 || argv[0] == "" {
+		return fmt.Errorf("no command to run: give one after --, e.g. kubectl muster exec machine/NAME -- uptime")
+	}
+	size := 0
+	for _, a := range argv {
+		size += len(a) + 1
+	}
+	if size > MaxArgvBytes {
+		return fmt.Errorf("the command line is %d bytes; at most %d are accepted: put long input in a file on the machine, or pipe it through a script", size, MaxArgvBytes)
+	}
+	return nil
+}
+
+// ValidatePort checks a port-forward's remote port.
+func ValidatePort(s string) (int, error) {
+	p, err := strconv.Atoi(s)
+	if err != nil || p < 1 || p > 65535 {
+		return 0, fmt.Errorf("port %q is not a TCP port: give one from 1 to 65535 (the port on the machine's loopback that its agent allows with --allow-port)", s)
+	}
+	return p, nil
+}
+
+// openError turns Open's errors into the answers a user can act on.
+func (h *Hub) openError(m *api.Machine, what string, err error) error {
+	var refused *RefusedError
+	switch {
+	case errors.Is(err, ErrNotConnected):
+		heard := "has not been heard since this server started"
+		if h.LastSeen != nil {
+			if t := h.LastSeen(m.Name); !t.IsZero() {
+				heard = fmt.Sprintf("was last heard %s ago (%s)", time.Since(t).Round(time.Second), t.UTC().Format(time.RFC3339))
+			}
+		}
+		return apierrors.NewServiceUnavailable(fmt.Sprintf(
+			"the agent of machine %s is not connected to this server (it %s), so it cannot be reached for %s: "+
+				"check that muster-agent runs on the machine and reaches the server (its log says), then try again", m.Name, heard, what))
+	case errors.Is(err, ErrBusy):
+		e := apierrors.NewTooManyRequests(fmt.Sprintf("the tunnel to machine %s already carries its maximum of %d streams: "+
+			"wait for some to finish, then try again", m.Name, h.maxStreams()), 1)
+		return e
+	case errors.As(err, &refused):
+		return apierrors.NewForbidden(machines, m.Name, fmt.Errorf("the agent of machine %s refused the %s: %s", m.Name, what, refused.Reason))
+	}
+	return apierrors.NewServiceUnavailable(fmt.Sprintf("%v; try again", err))
+}
+
+func (h *Hub) maxStreams() int {
+	if h.MaxStreams > 0 {
+		return h.MaxStreams
+	}
+	return DefaultMaxStreams
+}
+
+func (h *Hub) exec(m *api.Machine, who user.Info, w http.ResponseWriter, r *http.Request) error {
+	argv := r.URL.Query()["command"]
+	if err := ValidateCommand(argv); err != nil {
+		if len(argv) > 0 && argv[0] != "" {
+			return apierrors.NewRequestEntityTooLargeError(err.Error())
+		}
+		return apierrors.NewBadRequest(err.Error())
+	}
+	start := time.Now()
+	s, err := h.Open(r.Context(), m.Name, Request{Kind: KindExec, Command: argv, User: who.GetName()})
+	if err != nil {
+		err = h.openError(m, "exec", err)
+		h.audit(m, who, argv, start, 0, err)
+		return err
+	}
+	defer s.Done()
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", ExecContentType)
+	w.WriteHeader(http.StatusOK)
+	_ = rc.Flush()
+	// The agent's frames are copied as they are; only the last (the exit
+	// code) is read, for the record. Output is never logged.
+	code, err := -1, error(nil)
+	buf := make([]byte, MaxFrameBytes)
+	for {
+		var typ byte
+		var payload []byte
+		typ, payload, err = ReadFrame(s, buf)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = fmt.Errorf("the agent closed the stream without an exit code")
+			}
+			if r.Context().Err() != nil {
+				err = fmt.Errorf("the user disconnected: %w", r.Context().Err())
+			}
+			break
+		}
+		if err = WriteFrame(w, typ, payload); err != nil {
+			err = fmt.Errorf("the user disconnected: %w", err)
+			break
+		}
+		if typ == FrameExit {
+			code, err = ExitCode(payload)
+			_ = rc.Flush()
+			break
+		}
+		_ = rc.Flush()
+	}
+	h.audit(m, who, argv, start, code, err)
+	return nil
+}
+
+// audit records an exec (who, where, what, how it ended) in the server's
+// log and as an Event on the Machine. Never its input or output.
+func (h *Hub) audit(m *api.Machine, who user.Info, argv []string, start time.Time, code int, err error) {
+	took := time.Since(start).Round(time.Millisecond)
+	cmd := quoteArgv(argv)
+	if err != nil {
+		klog.InfoS("Exec on machine failed", "machine", m.Name, "user", who.GetName(), "groups", who.GetGroups(), "command", cmd, "duration", took, "err", err)
+		if h.Events != nil {
+			h.Events.Eventf(m, corev1.EventTypeWarning, "ExecFailed", "exec by %s of %s failed after %s: %v", who.GetName(), cmd, took, err)
+		}
+		return
+	}
+	klog.InfoS("Exec on machine", "machine", m.Name, "user", who.GetName(), "groups", who.GetGroups(), "command", cmd, "exitCode", code, "duration", took)
+	if h.Events != nil {
+		h.Events.Eventf(m, corev1.EventTypeNormal, "Exec", "exec by %s of %s exited %d after %s", who.GetName(), cmd, code, took)
+	}
+}
+
+// quoteArgv shows a command line as a shell would take it, cut short: an
+// event's message has a size limit and a long argument is not the point.
+func quoteArgv(argv []string) string {
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`;&|<>*?()[]{}") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		parts[i] = a
+	}
+	s := strings.Join(parts, " ")
+	if len(s) > 512 {
+		s = s[:512] + fmt.Sprintf("... (%d bytes)", len(s))
+	}
+	return s
+}
+
+func (h *Hub) portForward(m *api.Machine, who user.Info, w http.ResponseWriter, r *http.Request) error {
+	port, err := ValidatePort(r.URL.Query().Get("port"))
+	if err != nil {
+		return apierrors.NewBadRequest(err.Error())
+	}
+	s, err := h.Open(r.Context(), m.Name, Request{Kind: KindPortForward, Port: port, User: who.GetName()})
+	if err != nil {
+		return h.openError(m, fmt.Sprintf("port-forward to port %d", port), err)
+	}
+	defer s.Done()
+	klog.V(2).InfoS("Port-forward to machine", "machine", m.Name, "port", port, "user", who.GetName())
+	rc := http.NewResponseController(w)
+	_ = rc.EnableFullDuplex()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.WriteHeader(http.StatusOK)
+	_ = rc.Flush()
+	go func() {
+		// The user's bytes to the machine; their end is the agent's cue
+		// to close its side of the connection.
+		_, _ = io.Copy(s, r.Body)
+		_ = s.Close()
+	}()
+	_, _ = io.Copy(flushWriter{w, rc}, s)
+	return nil
+}
+
+func (h *Hub) log(m *api.Machine, who user.Info, w http.ResponseWriter, r *http.Request) error {
+	s, err := h.Open(r.Context(), m.Name, Request{Kind: KindLog, User: who.GetName()})
+	if err != nil {
+		return h.openError(m, "log", err)
+	}
+	defer s.Done()
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.Copy(flushWriter{w, rc}, s)
+	return nil
+}
+
+type flushWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (f flushWriter) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if err == nil {
+		err = f.rc.Flush()
+	}
+	return n, err
+}
