@@ -24,6 +24,8 @@ import (
 	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/internal/snapshot"
 	"github.com/muster-io/muster/internal/store"
+	"github.com/muster-io/muster/internal/tunnel"
+	"github.com/muster-io/muster/internal/tunnel/serve"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
@@ -201,6 +203,7 @@ func run(ctx context.Context, cfg Config) error {
 	metrics.Register()
 	metrics.SetConnectedAgents(func() int { return liveness.Connected(metrics.ConnectedWindow) })
 	registrationRules := apiserver.NewAgentAuthorizer()
+	tunnels := &serve.Server{Hub: tunnel.NewHub(), Events: recorder, LastSeen: liveness.LastSeen}
 	drivers := driver.NewRegistry(cfg.DriversDir, map[string]driver.Driver{
 		"process": driver.Process{Dir: filepath.Join(cfg.DataDir, "pools"), AgentBinary: install.AgentBinary(cfg.AgentBinary)},
 		"ssh":     &driver.SSH{KeyDir: filepath.Join(cfg.DataDir, "drivers", "ssh"), Script: install.Script},
@@ -226,6 +229,7 @@ func run(ctx context.Context, cfg Config) error {
 		EventTTL:                    cfg.EventTTL,
 		LastHeard:                   liveness.LastSeen,
 		Drivers:                     drivers,
+		Tunnels:                     tunnels,
 	})
 	if err != nil {
 		return err

@@ -30,6 +30,15 @@ type Policy struct {
 	Log *Ring
 }
 
+// String says what the policy lets through, for the agent's log.
+func (p Policy) String() string {
+	exec := "exec allowed"
+	if p.DisableExec {
+		exec = "exec disabled (--disable-exec)"
+	}
+	return fmt.Sprintf("%s; port-forward to loopback ports: %s", exec, strings.TrimPrefix(allowed(p.AllowPorts), "allowed: "))
+}
+
 // Client is the agent's end: it holds a tunnel open and serves the
 // streams the server opens on it.
 type Client struct {
@@ -49,11 +58,12 @@ func (c *Client) Run(ctx context.Context, hc *http.Client, server string) {
 	failing := false
 	for ctx.Err() == nil {
 		began := time.Now()
+		first := true
 		err := c.connect(ctx, hc, server, func() {
-			if failing {
-				c.say("the tunnel to the server is open again")
+			if failing || first {
+				c.say("opened the tunnel to the server: %s", c.Policy)
 			}
-			failing = false
+			failing, first = false, false
 		})
 		if ctx.Err() != nil {
 			return
@@ -172,7 +182,7 @@ func (c *Client) serveStream(ctx context.Context, s *yamux.Stream) {
 	_ = s.SetReadDeadline(time.Time{})
 	refuse := func(format string, args ...any) {
 		why := fmt.Sprintf(format, args...)
-		c.say("refused a %s stream asked by %s: %s", req.Kind, req.User, why)
+		c.say("refused %s asked by %s: %s", req.Kind, req.User, why)
 		_ = writeHeader(s, Reply{Error: why})
 	}
 	switch req.Kind {
@@ -188,7 +198,7 @@ func (c *Client) serveStream(ctx context.Context, s *yamux.Stream) {
 		if err := writeHeader(s, Reply{}); err != nil {
 			return
 		}
-		c.say("exec by %s: %s", req.User, quoteArgv(req.Command))
+		c.say("exec by %s: %s", req.User, QuoteArgv(req.Command))
 		runExec(ctx, s, req.Command)
 	case KindPortForward:
 		if !slices.Contains(c.Policy.AllowPorts, req.Port) {

@@ -11,11 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
-	"k8s.io/apiserver/pkg/endpoints/request"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
-
-	"github.com/muster-io/muster/internal/caller"
 )
 
 // Hub is the server's end: the tunnel of each machine whose agent is
@@ -27,13 +23,6 @@ type Hub struct {
 	// replyTimeout bounds how long an agent may take to accept or refuse
 	// a stream.
 	replyTimeout time.Duration
-
-	// Events, if set, records every exec on its Machine, where an
-	// auditor reads the Machine's history (kubectl get events).
-	Events record.EventRecorder
-	// LastSeen, if set, says when a machine's agent was last heard, for
-	// the answer to a request for a machine whose agent is away.
-	LastSeen func(machine string) time.Time
 
 	mu      sync.Mutex
 	tunnels map[string]*tunnel
@@ -85,18 +74,11 @@ func (h *Hub) Connected(machine string) bool {
 	return ok
 }
 
-// ServeHTTP is the agent's end of Path: it holds the tunnel for as long as
-// the request lasts. The caller is authenticated and authorized by the
-// handler chain before this runs (internal/apiserver allows only a machine
-// whose Machine exists); the chain also ends the request when the Machine
-// is deleted, which closes the tunnel.
-func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	u, _ := request.UserFrom(r.Context())
-	name, uid, ok := caller.Machine(u)
-	if !ok {
-		http.Error(w, "only a machine's agent, with its certificate, may open a tunnel", http.StatusForbidden)
-		return
-	}
+// Accept is the server's end of the agent's request to Path, made by the
+// agent of machine name (its certificate says so): it holds the tunnel for
+// as long as the request lasts. The server's HTTP side (package serve)
+// authenticates and authorizes the request first.
+func (h *Hub) Accept(w http.ResponseWriter, r *http.Request, name, uid string) {
 	if r.Method != http.MethodPost {
 		http.Error(w, "a tunnel is opened with POST", http.StatusMethodNotAllowed)
 		return
@@ -106,11 +88,6 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// HTTP/2 (what the agent speaks) is full-duplex already.
 	_ = rc.EnableFullDuplex()
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.WriteHeader(http.StatusOK)
-	if err := rc.Flush(); err != nil {
-		klog.InfoS("Cannot serve a tunnel: the response cannot be flushed", "machine", name, "err", err)
-		return
-	}
 	conn := &serverConn{body: r.Body, w: w, rc: rc}
 	sess, err := yamux.Client(conn, muxConfig())
 	if err != nil {
@@ -131,6 +108,12 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// connection died without this server noticing yet): the newer
 		// tunnel is the one it reads.
 		_ = old.sess.Close()
+	}
+	// Registered before the agent hears it is open: once it says so, the
+	// machine is reachable.
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		klog.InfoS("Cannot serve a tunnel: the response cannot be flushed", "machine", name, "err", err)
 	}
 	klog.V(2).InfoS("Tunnel opened", "machine", name)
 	select {

@@ -15,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -58,6 +60,47 @@ type Request struct {
 // the stream (and says why, in words an operator can act on).
 type Reply struct {
 	Error string `json:"error,omitempty"`
+}
+
+// ValidateCommand checks an exec's command line before it is sent.
+func ValidateCommand(argv []string) error {
+	if len(argv) == 0 || argv[0] == "" {
+		return fmt.Errorf("no command to run: give one after --, e.g. kubectl muster exec machine/NAME -- uptime")
+	}
+	size := 0
+	for _, a := range argv {
+		size += len(a) + 1
+	}
+	if size > MaxArgvBytes {
+		return fmt.Errorf("the command line is %d bytes; at most %d are accepted: put long input in a file on the machine, or pipe it through a script", size, MaxArgvBytes)
+	}
+	return nil
+}
+
+// ValidatePort checks a port-forward's remote port.
+func ValidatePort(s string) (int, error) {
+	p, err := strconv.Atoi(s)
+	if err != nil || p < 1 || p > 65535 {
+		return 0, fmt.Errorf("port %q is not a TCP port: give one from 1 to 65535 (the port on the machine's loopback that its agent allows with --allow-port)", s)
+	}
+	return p, nil
+}
+
+// QuoteArgv shows a command line as a shell would take it, cut short: an
+// event's message has a size limit and a long argument is not the point.
+func QuoteArgv(argv []string) string {
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`;&|<>*?()[]{}") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		parts[i] = a
+	}
+	s := strings.Join(parts, " ")
+	if len(s) > 512 {
+		s = s[:512] + fmt.Sprintf("... (%d bytes)", len(s))
+	}
+	return s
 }
 
 // writeHeader writes v as a length-prefixed JSON document: a stream's

@@ -12,11 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/endpoints/request"
-
-	"github.com/muster-io/muster/internal/caller"
 )
 
 func TestFrames(t *testing.T) {
@@ -58,6 +53,8 @@ func TestFrames(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
+	// ValidateCommand and ValidatePort are checked by the server, the
+	// agent and the plugin alike.
 	for _, tc := range []struct {
 		argv []string
 		ok   bool
@@ -97,8 +94,7 @@ func TestRing(t *testing.T) {
 func connect(t *testing.T, h *Hub, m string, policy Policy) context.CancelFunc {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		cn, groups := caller.MachineSubject(m, "uid-"+m)
-		h.ServeHTTP(w, r.WithContext(request.WithUser(r.Context(), &user.DefaultInfo{Name: cn, Groups: groups, Extra: nil})))
+		h.Accept(w, r, m, "uid-"+m)
 	}))
 	srv.EnableHTTP2 = true
 	srv.StartTLS()

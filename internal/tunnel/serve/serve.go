@@ -1,12 +1,15 @@
-package tunnel
+// Package serve is the server's HTTP side of the reverse tunnel
+// (internal/tunnel): the agent's request that carries it, and the Machine
+// subresources that reach through it (exec, portforward, log), with the
+// audit of every exec. It is apart from package tunnel so that the agent,
+// which links tunnel, links none of the apiserver.
+package serve
 
 import (
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,8 +17,13 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/klog/v2"
 
-	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/muster-io/muster/internal/caller"
+	"github.com/muster-io/muster/internal/tunnel"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
 // What the Machine subresources are called; the same names as a Pod's, so
@@ -28,10 +36,35 @@ const (
 
 var machines = schema.GroupResource{Group: api.GroupName, Resource: "machines"}
 
+// Server serves a Hub's tunnels over the apiserver.
+type Server struct {
+	Hub *tunnel.Hub
+	// Events, if set, records every exec on its Machine, where an
+	// auditor reads the Machine's history (kubectl get events).
+	Events record.EventRecorder
+	// LastSeen, if set, says when a machine's agent was last heard, for
+	// the answer to a request for a machine whose agent is away.
+	LastSeen func(machine string) time.Time
+}
+
+// ServeHTTP is tunnel.Path. The handler chain has authenticated and
+// authorized the caller (internal/apiserver allows only a machine whose
+// Machine exists and is not being deleted); it also ends the request when
+// the Machine is deleted, which closes the tunnel.
+func (h *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	u, _ := request.UserFrom(r.Context())
+	name, uid, ok := caller.Machine(u)
+	if !ok {
+		http.Error(w, "only a machine's agent, with its certificate, may open a tunnel", http.StatusForbidden)
+		return
+	}
+	h.Hub.Accept(w, r, name, uid)
+}
+
 // Connect serves one request for a Machine's subresource through its
 // agent's tunnel. An error is returned before anything was written, for
 // the caller to answer with; once the stream runs, errors end it.
-func (h *Hub) Connect(subresource string, m *api.Machine, who user.Info, w http.ResponseWriter, r *http.Request) error {
+func (h *Server) Connect(subresource string, m *api.Machine, who user.Info, w http.ResponseWriter, r *http.Request) error {
 	switch subresource {
 	case SubresourceExec:
 		return h.exec(m, who, w, r)
@@ -43,45 +76,21 @@ func (h *Hub) Connect(subresource string, m *api.Machine, who user.Info, w http.
 	return apierrors.NewNotFound(machines, m.Name+"/"+subresource)
 }
 
-// ValidateCommand checks an exec's command line before it is sent.
-func ValidateCommand(argv []string) error {
-	if len(argv) == 0 || argv[0] == "" {
-		return fmt.Errorf("no command to run: give one after --, e.g. kubectl muster exec machine/NAME -- uptime")
-	}
-	size := 0
-	for _, a := range argv {
-		size += len(a) + 1
-	}
-	if size > MaxArgvBytes {
-		return fmt.Errorf("the command line is %d bytes; at most %d are accepted: put long input in a file on the machine, or pipe it through a script", size, MaxArgvBytes)
-	}
-	return nil
-}
-
-// ValidatePort checks a port-forward's remote port.
-func ValidatePort(s string) (int, error) {
-	p, err := strconv.Atoi(s)
-	if err != nil || p < 1 || p > 65535 {
-		return 0, fmt.Errorf("port %q is not a TCP port: give one from 1 to 65535 (the port on the machine's loopback that its agent allows with --allow-port)", s)
-	}
-	return p, nil
-}
-
 // openError turns Open's errors into the answers a user can act on.
-func (h *Hub) openError(m *api.Machine, what string, err error) error {
-	var refused *RefusedError
+func (h *Server) openError(m *api.Machine, what string, err error) error {
+	var refused *tunnel.RefusedError
 	switch {
-	case errors.Is(err, ErrNotConnected):
+	case errors.Is(err, tunnel.ErrNotConnected):
 		heard := "has not been heard since this server started"
 		if h.LastSeen != nil {
 			if t := h.LastSeen(m.Name); !t.IsZero() {
-				heard = fmt.Sprintf("was last heard %s ago (%s)", time.Since(t).Round(time.Second), t.UTC().Format(time.RFC3339))
+				heard = fmt.Sprintf("was last heard %s ago, at %s", time.Since(t).Round(time.Second), t.UTC().Format(time.RFC3339))
 			}
 		}
 		return apierrors.NewServiceUnavailable(fmt.Sprintf(
 			"the agent of machine %s is not connected to this server (it %s), so it cannot be reached for %s: "+
 				"check that muster-agent runs on the machine and reaches the server (its log says), then try again", m.Name, heard, what))
-	case errors.Is(err, ErrBusy):
+	case errors.Is(err, tunnel.ErrBusy):
 		e := apierrors.NewTooManyRequests(fmt.Sprintf("the tunnel to machine %s already carries its maximum of %d streams: "+
 			"wait for some to finish, then try again", m.Name, h.maxStreams()), 1)
 		return e
@@ -91,23 +100,23 @@ func (h *Hub) openError(m *api.Machine, what string, err error) error {
 	return apierrors.NewServiceUnavailable(fmt.Sprintf("%v; try again", err))
 }
 
-func (h *Hub) maxStreams() int {
-	if h.MaxStreams > 0 {
-		return h.MaxStreams
+func (h *Server) maxStreams() int {
+	if h.Hub.MaxStreams > 0 {
+		return h.Hub.MaxStreams
 	}
-	return DefaultMaxStreams
+	return tunnel.DefaultMaxStreams
 }
 
-func (h *Hub) exec(m *api.Machine, who user.Info, w http.ResponseWriter, r *http.Request) error {
+func (h *Server) exec(m *api.Machine, who user.Info, w http.ResponseWriter, r *http.Request) error {
 	argv := r.URL.Query()["command"]
-	if err := ValidateCommand(argv); err != nil {
+	if err := tunnel.ValidateCommand(argv); err != nil {
 		if len(argv) > 0 && argv[0] != "" {
 			return apierrors.NewRequestEntityTooLargeError(err.Error())
 		}
 		return apierrors.NewBadRequest(err.Error())
 	}
 	start := time.Now()
-	s, err := h.Open(r.Context(), m.Name, Request{Kind: KindExec, Command: argv, User: who.GetName()})
+	s, err := h.Hub.Open(r.Context(), m.Name, tunnel.Request{Kind: tunnel.KindExec, Command: argv, User: who.GetName()})
 	if err != nil {
 		err = h.openError(m, "exec", err)
 		h.audit(m, who, argv, start, 0, err)
@@ -115,17 +124,17 @@ func (h *Hub) exec(m *api.Machine, who user.Info, w http.ResponseWriter, r *http
 	}
 	defer s.Done()
 	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", ExecContentType)
+	w.Header().Set("Content-Type", tunnel.ExecContentType)
 	w.WriteHeader(http.StatusOK)
 	_ = rc.Flush()
 	// The agent's frames are copied as they are; only the last (the exit
 	// code) is read, for the record. Output is never logged.
 	code, err := -1, error(nil)
-	buf := make([]byte, MaxFrameBytes)
+	buf := make([]byte, tunnel.MaxFrameBytes)
 	for {
 		var typ byte
 		var payload []byte
-		typ, payload, err = ReadFrame(s, buf)
+		typ, payload, err = tunnel.ReadFrame(s, buf)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = fmt.Errorf("the agent closed the stream without an exit code")
@@ -135,12 +144,12 @@ func (h *Hub) exec(m *api.Machine, who user.Info, w http.ResponseWriter, r *http
 			}
 			break
 		}
-		if err = WriteFrame(w, typ, payload); err != nil {
+		if err = tunnel.WriteFrame(w, typ, payload); err != nil {
 			err = fmt.Errorf("the user disconnected: %w", err)
 			break
 		}
-		if typ == FrameExit {
-			code, err = ExitCode(payload)
+		if typ == tunnel.FrameExit {
+			code, err = tunnel.ExitCode(payload)
 			_ = rc.Flush()
 			break
 		}
@@ -152,9 +161,9 @@ func (h *Hub) exec(m *api.Machine, who user.Info, w http.ResponseWriter, r *http
 
 // audit records an exec (who, where, what, how it ended) in the server's
 // log and as an Event on the Machine. Never its input or output.
-func (h *Hub) audit(m *api.Machine, who user.Info, argv []string, start time.Time, code int, err error) {
+func (h *Server) audit(m *api.Machine, who user.Info, argv []string, start time.Time, code int, err error) {
 	took := time.Since(start).Round(time.Millisecond)
-	cmd := quoteArgv(argv)
+	cmd := tunnel.QuoteArgv(argv)
 	if err != nil {
 		klog.InfoS("Exec on machine failed", "machine", m.Name, "user", who.GetName(), "groups", who.GetGroups(), "command", cmd, "duration", took, "err", err)
 		if h.Events != nil {
@@ -168,29 +177,12 @@ func (h *Hub) audit(m *api.Machine, who user.Info, argv []string, start time.Tim
 	}
 }
 
-// quoteArgv shows a command line as a shell would take it, cut short: an
-// event's message has a size limit and a long argument is not the point.
-func quoteArgv(argv []string) string {
-	parts := make([]string, len(argv))
-	for i, a := range argv {
-		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`;&|<>*?()[]{}") {
-			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-		}
-		parts[i] = a
-	}
-	s := strings.Join(parts, " ")
-	if len(s) > 512 {
-		s = s[:512] + fmt.Sprintf("... (%d bytes)", len(s))
-	}
-	return s
-}
-
-func (h *Hub) portForward(m *api.Machine, who user.Info, w http.ResponseWriter, r *http.Request) error {
-	port, err := ValidatePort(r.URL.Query().Get("port"))
+func (h *Server) portForward(m *api.Machine, who user.Info, w http.ResponseWriter, r *http.Request) error {
+	port, err := tunnel.ValidatePort(r.URL.Query().Get("port"))
 	if err != nil {
 		return apierrors.NewBadRequest(err.Error())
 	}
-	s, err := h.Open(r.Context(), m.Name, Request{Kind: KindPortForward, Port: port, User: who.GetName()})
+	s, err := h.Hub.Open(r.Context(), m.Name, tunnel.Request{Kind: tunnel.KindPortForward, Port: port, User: who.GetName()})
 	if err != nil {
 		return h.openError(m, fmt.Sprintf("port-forward to port %d", port), err)
 	}
@@ -211,8 +203,8 @@ func (h *Hub) portForward(m *api.Machine, who user.Info, w http.ResponseWriter, 
 	return nil
 }
 
-func (h *Hub) log(m *api.Machine, who user.Info, w http.ResponseWriter, r *http.Request) error {
-	s, err := h.Open(r.Context(), m.Name, Request{Kind: KindLog, User: who.GetName()})
+func (h *Server) log(m *api.Machine, who user.Info, w http.ResponseWriter, r *http.Request) error {
+	s, err := h.Hub.Open(r.Context(), m.Name, tunnel.Request{Kind: tunnel.KindLog, User: who.GetName()})
 	if err != nil {
 		return h.openError(m, "log", err)
 	}
