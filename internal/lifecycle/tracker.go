@@ -29,6 +29,57 @@ type Tracker struct {
 	baseline time.Time
 	now      func() time.Time
 	onReturn func(machine string)
+	// tunnels, if set, lists the machines whose tunnels this server holds,
+	// for its report; peerTunnels are the other servers' lists, by address.
+	tunnels     func() []string
+	peerTunnels map[string]peerTunnels
+}
+
+type peerTunnels struct {
+	machines map[string]struct{}
+	at       time.Time
+}
+
+// ReportTunnels makes this server's report list the machines whose
+// tunnels it holds (internal/tunnel), so that the other servers forward
+// requests for those machines here.
+func (t *Tracker) ReportTunnels(held func() []string) {
+	t.mu.Lock()
+	t.tunnels = held
+	t.mu.Unlock()
+}
+
+// tunnelFreshness is how old a peer's report may be for its tunnels to be
+// believed: a few polls, so that one missed poll does not hide them.
+const tunnelFreshness = 3 * PeerPollInterval
+
+// TunnelHolder is the address of another server whose latest report says
+// it holds machine's tunnel.
+func (t *Tracker) TunnelHolder(machine string) (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	best, bestAt := "", time.Time{}
+	for address, p := range t.peerTunnels {
+		if _, ok := p.machines[machine]; ok && now.Sub(p.at) < tunnelFreshness && p.at.After(bestAt) {
+			best, bestAt = address, p.at
+		}
+	}
+	return best, best != ""
+}
+
+// mergeTunnels records which tunnels the server at address holds.
+func (t *Tracker) mergeTunnels(address string, machines []string) {
+	set := make(map[string]struct{}, len(machines))
+	for _, m := range machines {
+		set[m] = struct{}{}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.peerTunnels == nil {
+		t.peerTunnels = map[string]peerTunnels{}
+	}
+	t.peerTunnels[address] = peerTunnels{machines: set, at: t.now()}
 }
 
 // NewTracker returns an empty tracker.
@@ -129,6 +180,8 @@ func (t *Tracker) forget(machine string) {
 // need not agree.
 type Report struct {
 	AgesMillis map[string]int64 `json:"agesMillis"`
+	// Tunnels are the machines whose tunnels the server holds.
+	Tunnels []string `json:"tunnels,omitempty"`
 }
 
 // reportWindow bounds a report to machines heard from recently; older
@@ -145,6 +198,9 @@ func (t *Tracker) Report() Report {
 		if age := now.Sub(at); age < reportWindow {
 			r.AgesMillis[name] = age.Milliseconds()
 		}
+	}
+	if t.tunnels != nil {
+		r.Tunnels = t.tunnels()
 	}
 	return r
 }

@@ -154,3 +154,28 @@ func TestTrackerReportRoundTrip(t *testing.T) {
 		t.Fatalf("told again of machines already known: %v", told)
 	}
 }
+
+// Each server's report lists the tunnels it holds; the others find the
+// holder from it while the report is fresh, and not after.
+func TestTrackerTunnelHolder(t *testing.T) {
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	peer := NewTracker()
+	peer.ReportTunnels(func() []string { return []string{"m1"} })
+	self := NewTracker()
+	self.now = c.now
+	self.mergeTunnels("10.0.0.2:9443", peer.Report().Tunnels)
+	self.mergeTunnels("10.0.0.3:9443", nil)
+	for _, tc := range []struct {
+		machine, want string
+		after         time.Duration
+	}{
+		{"m1", "10.0.0.2:9443", 0},
+		{"m2", "", 0},
+		{"m1", "", tunnelFreshness},
+	} {
+		c.t = c.t.Add(tc.after)
+		if got, ok := self.TunnelHolder(tc.machine); got != tc.want || ok != (tc.want != "") {
+			t.Errorf("TunnelHolder(%s) after %s = %q, %v; want %q", tc.machine, tc.after, got, ok, tc.want)
+		}
+	}
+}

@@ -203,7 +203,13 @@ func run(ctx context.Context, cfg Config) error {
 	metrics.Register()
 	metrics.SetConnectedAgents(func() int { return liveness.Connected(metrics.ConnectedWindow) })
 	registrationRules := apiserver.NewAgentAuthorizer()
-	tunnels := &serve.Server{Hub: tunnel.NewHub(), Events: recorder, LastSeen: liveness.LastSeen}
+	// Each server reports the tunnels it holds with its liveness report,
+	// and forwards a request for a machine whose tunnel another holds.
+	hub := tunnel.NewHub()
+	liveness.ReportTunnels(hub.Machines)
+	tunnels := &serve.Server{Hub: hub, Events: recorder, LastSeen: liveness.LastSeen, Forwarding: &serve.Forwarding{
+		Self: self, Locate: liveness.TunnelHolder, Transport: &http.Transport{TLSClientConfig: peerTLS, ForceAttemptHTTP2: true},
+	}}
 	drivers := driver.NewRegistry(cfg.DriversDir, map[string]driver.Driver{
 		"process": driver.Process{Dir: filepath.Join(cfg.DataDir, "pools"), AgentBinary: install.AgentBinary(cfg.AgentBinary)},
 		"ssh":     &driver.SSH{KeyDir: filepath.Join(cfg.DataDir, "drivers", "ssh"), Script: install.Script},

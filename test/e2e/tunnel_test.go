@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/muster-io/muster/internal/pgtest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -254,4 +256,38 @@ func TestTunnelPortForward(t *testing.T) {
 	if _, errOut, code := kubectlMuster(t, s.kubeconfig(), "port-forward", "machine/pf-1", "8080:70000"); code == 0 || !strings.Contains(errOut, "1 to 65535") {
 		t.Errorf("kubectl muster port-forward 8080:70000: exit %d, %s", code, errOut)
 	}
+}
+
+// TestTunnelHA: with three servers, an exec (and a log read) sent to any
+// of them reaches the agent, whichever server holds its tunnel: the others
+// forward it there as the same user, and the audit names that user.
+func TestTunnelHA(t *testing.T) {
+	servers := startHA(t, pgtest.DSN(t), 3)
+	startTunnelAgent(t, servers[0], "ha-1")
+	for i, s := range servers {
+		var out, errOut string
+		waitFor(t, 30*time.Second, fmt.Sprintf("an exec through server %d", i+1), func() bool {
+			var code int
+			out, errOut, code = kubectlMuster(t, s.kubeconfig(), "exec", "machine/ha-1", "--", "echo", fmt.Sprintf("via-%d", i+1))
+			return code == 0
+		})
+		if out != fmt.Sprintf("via-%d\n", i+1) {
+			t.Fatalf("exec through server %d: %q %q", i+1, out, errOut)
+		}
+		if out, _, code := kubectlMuster(t, s.kubeconfig(), "logs", "machine/ha-1"); code != 0 || !strings.Contains(out, "exec by muster-admin: echo via-1") {
+			t.Fatalf("logs through server %d: exit %d:\n%s", i+1, code, lastLines(out, 5))
+		}
+	}
+	forwarded := 0
+	for _, s := range servers {
+		if strings.Contains(s.log.String(), "Forwarding to the server that holds the machine's tunnel") {
+			forwarded++
+		}
+	}
+	if forwarded != 2 {
+		t.Errorf("%d servers forwarded to the tunnel's holder; want the 2 that do not hold it", forwarded)
+	}
+	waitForEvent(t, servers[0], "the forwarded exec's event, naming the user", func(r string) bool {
+		return strings.Contains(r, "exec by muster-admin of echo via-3")
+	}, "--field-selector", "involvedObject.name=ha-1")
 }

@@ -45,6 +45,9 @@ type Server struct {
 	// LastSeen, if set, says when a machine's agent was last heard, for
 	// the answer to a request for a machine whose agent is away.
 	LastSeen func(machine string) time.Time
+	// Forwarding, if set, sends a request for a machine whose agent is
+	// connected to another server there (HA).
+	Forwarding *Forwarding
 }
 
 // ServeHTTP is tunnel.Path. The handler chain has authenticated and
@@ -65,6 +68,12 @@ func (h *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // agent's tunnel. An error is returned before anything was written, for
 // the caller to answer with; once the stream runs, errors end it.
 func (h *Server) Connect(subresource string, m *api.Machine, who user.Info, w http.ResponseWriter, r *http.Request) error {
+	if f := h.Forwarding; f != nil && !h.Hub.Connected(m.Name) && r.Header.Get(ForwardedHeader) == "" {
+		if address, ok := f.Locate(m.Name); ok {
+			f.forward(address, m, who, w, r)
+			return nil
+		}
+	}
 	switch subresource {
 	case SubresourceExec:
 		return h.exec(m, who, w, r)
