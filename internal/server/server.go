@@ -207,6 +207,7 @@ func run(ctx context.Context, cfg Config) error {
 	// and forwards a request for a machine whose tunnel another holds.
 	hub := tunnel.NewHub()
 	liveness.ReportTunnels(hub.Machines)
+	metrics.SetTunnels(hub.Len)
 	tunnels := &serve.Server{Hub: hub, Events: recorder, LastSeen: liveness.LastSeen, Forwarding: &serve.Forwarding{
 		Self: self, Locate: liveness.TunnelHolder, Transport: &http.Transport{TLSClientConfig: peerTLS, ForceAttemptHTTP2: true},
 	}}

@@ -66,6 +66,13 @@ func (h *Hub) Machines() []string {
 	return out
 }
 
+// Len is how many tunnels the hub holds.
+func (h *Hub) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.tunnels)
+}
+
 // Connected reports whether machine's agent holds a tunnel to this server.
 func (h *Hub) Connected(machine string) bool {
 	h.mu.Lock()

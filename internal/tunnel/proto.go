@@ -211,6 +211,10 @@ func muxConfig() *yamux.Config {
 	c.KeepAliveInterval = 20 * time.Second
 	c.ConnectionWriteTimeout = 15 * time.Second
 	c.StreamOpenTimeout = 15 * time.Second
+	// A stream may have this much in flight before the other end reads:
+	// the default 256 KiB held one port-forward to a fraction of what the
+	// connection carries; memory is spent only while data waits.
+	c.MaxStreamWindowSize = 1 << 20
 	c.LogOutput = io.Discard
 	c.Logger = nil
 	return c

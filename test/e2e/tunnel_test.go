@@ -28,7 +28,7 @@ var buildPlugin sync.Once
 
 // pluginDir is the directory holding kubectl-muster (bin/, beside the
 // agent `make build` made), built here if it is missing.
-func pluginDir(t *testing.T) string {
+func pluginDir(t testing.TB) string {
 	t.Helper()
 	dir := filepath.Dir(agentBin)
 	plugin := filepath.Join(dir, "kubectl-muster")
@@ -63,7 +63,7 @@ func kubectlMuster(t *testing.T, kubeconfig string, args ...string) (string, str
 
 // adminRequest sends method path to s as the admin (its kubeconfig) and
 // returns the status and body.
-func adminRequest(t *testing.T, s *server, method, path string) (int, string) {
+func adminRequest(t testing.TB, s *server, method, path string) (int, string) {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig())
 	if err != nil {
