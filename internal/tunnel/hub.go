@@ -23,6 +23,10 @@ type Hub struct {
 	// replyTimeout bounds how long an agent may take to accept or refuse
 	// a stream.
 	replyTimeout time.Duration
+	// minReopen is how long a machine's tunnel must have lived before a
+	// new one may replace it: an agent (or a stolen certificate) opening
+	// tunnels in a loop gets 429s instead of churning the server.
+	minReopen time.Duration
 
 	mu      sync.Mutex
 	tunnels map[string]*tunnel
@@ -38,7 +42,7 @@ type tunnel struct {
 
 // NewHub returns an empty hub.
 func NewHub() *Hub {
-	return &Hub{tunnels: map[string]*tunnel{}, replyTimeout: 15 * time.Second}
+	return &Hub{tunnels: map[string]*tunnel{}, replyTimeout: 15 * time.Second, minReopen: time.Second}
 }
 
 // Errors of Open; the HTTP side maps them to status codes.
@@ -90,14 +94,26 @@ func (h *Hub) Accept(w http.ResponseWriter, r *http.Request, name, uid string) {
 		http.Error(w, "a tunnel is opened with POST", http.StatusMethodNotAllowed)
 		return
 	}
+	h.mu.Lock()
+	old := h.tunnels[name]
+	h.mu.Unlock()
+	if old != nil && time.Since(old.since) < h.minReopen {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, fmt.Sprintf("machine %s opened its tunnel less than %s ago: reopening it so fast is refused; the agent retries by itself", name, h.minReopen), http.StatusTooManyRequests)
+		return
+	}
 	rc := http.NewResponseController(w)
 	// HTTP/1.1 needs this to read the body while writing the response;
 	// HTTP/2 (what the agent speaks) is full-duplex already.
 	_ = rc.EnableFullDuplex()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	conn := &serverConn{body: r.Body, w: w, rc: rc}
+	// Nothing is written to the tunnel before the response's header: a
+	// stream opened the moment the tunnel is registered waits for it.
+	conn.mu.Lock()
 	sess, err := yamux.Client(conn, muxConfig())
 	if err != nil {
+		conn.mu.Unlock()
 		klog.ErrorS(err, "Cannot start a tunnel's multiplexer", "machine", name)
 		return
 	}
@@ -107,7 +123,7 @@ func (h *Hub) Accept(w http.ResponseWriter, r *http.Request, name, uid string) {
 	}
 	t := &tunnel{machine: name, uid: uid, sess: sess, since: time.Now(), streams: make(chan struct{}, max)}
 	h.mu.Lock()
-	old := h.tunnels[name]
+	old = h.tunnels[name]
 	h.tunnels[name] = t
 	h.mu.Unlock()
 	if old != nil {
@@ -122,6 +138,7 @@ func (h *Hub) Accept(w http.ResponseWriter, r *http.Request, name, uid string) {
 	if err := rc.Flush(); err != nil {
 		klog.InfoS("Cannot serve a tunnel: the response cannot be flushed", "machine", name, "err", err)
 	}
+	conn.mu.Unlock()
 	klog.V(2).InfoS("Tunnel opened", "machine", name)
 	select {
 	case <-sess.CloseChan():

@@ -252,6 +252,7 @@ func TestStreamCap(t *testing.T) {
 
 func TestNewerTunnelReplaces(t *testing.T) {
 	h := NewHub()
+	h.minReopen = 0
 	stopFirst := connect(t, h, "m1", Policy{})
 	h.mu.Lock()
 	first := h.tunnels["m1"]
@@ -276,4 +277,20 @@ func freePort(t *testing.T) int {
 	defer l.Close()
 	p, _ := strconv.Atoi(strings.TrimPrefix(l.Addr().String(), "127.0.0.1:"))
 	return p
+}
+
+// A tunnel reopened within minReopen of the last is refused with 429, so a
+// loop of reconnects cannot churn the server.
+func TestReopenFlood(t *testing.T) {
+	h := NewHub()
+	h.minReopen = time.Hour
+	connect(t, h, "m1", Policy{})
+	w := httptest.NewRecorder()
+	h.Accept(w, httptest.NewRequest(http.MethodPost, Path, nil), "m1", "uid-m1")
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" || !strings.Contains(w.Body.String(), "reopening it so fast") {
+		t.Fatalf("a tunnel reopened at once: %d %q", w.Code, w.Body.String())
+	}
+	if !h.Connected("m1") {
+		t.Fatal("the refused reopen closed the open tunnel")
+	}
 }
