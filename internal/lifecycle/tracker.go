@@ -29,21 +29,21 @@ type Tracker struct {
 	baseline time.Time
 	now      func() time.Time
 	onReturn func(machine string)
-	// tunnels, if set, lists the machines whose tunnels this server holds,
-	// for its report; peerTunnels are the other servers' lists, by address.
-	tunnels     func() []string
+	// tunnels, if set, are the tunnels this server holds (machine → when
+	// opened), for its report; peerTunnels are the other servers', by address.
+	tunnels     func() map[string]time.Time
 	peerTunnels map[string]peerTunnels
 }
 
 type peerTunnels struct {
-	machines map[string]struct{}
-	at       time.Time
+	opened map[string]time.Time // machine → when its tunnel opened, on this clock
+	at     time.Time            // when the report came
 }
 
-// ReportTunnels makes this server's report list the machines whose
-// tunnels it holds (internal/tunnel), so that the other servers forward
-// requests for those machines here.
-func (t *Tracker) ReportTunnels(held func() []string) {
+// ReportTunnels makes this server's report list the tunnels it holds
+// (internal/tunnel), so that the other servers forward requests for those
+// machines here.
+func (t *Tracker) ReportTunnels(held func() map[string]time.Time) {
 	t.mu.Lock()
 	t.tunnels = held
 	t.mu.Unlock()
@@ -53,33 +53,37 @@ func (t *Tracker) ReportTunnels(held func() []string) {
 // believed: a few polls, so that one missed poll does not hide them.
 const tunnelFreshness = 3 * PeerPollInterval
 
-// TunnelHolder is the address of another server whose latest report says
-// it holds machine's tunnel.
-func (t *Tracker) TunnelHolder(machine string) (string, bool) {
+// TunnelHolder is the address of another server whose fresh report says it
+// holds machine's tunnel, and when that tunnel opened. When an agent moved
+// between servers, an old server may still list its dead tunnel for a
+// while: the newest tunnel is the one the agent reads.
+func (t *Tracker) TunnelHolder(machine string) (string, time.Time, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
-	best, bestAt := "", time.Time{}
+	best, bestOpened := "", time.Time{}
 	for address, p := range t.peerTunnels {
-		if _, ok := p.machines[machine]; ok && now.Sub(p.at) < tunnelFreshness && p.at.After(bestAt) {
-			best, bestAt = address, p.at
+		if opened, ok := p.opened[machine]; ok && now.Sub(p.at) < tunnelFreshness && (best == "" || opened.After(bestOpened)) {
+			best, bestOpened = address, opened
 		}
 	}
-	return best, best != ""
+	return best, bestOpened, best != ""
 }
 
-// mergeTunnels records which tunnels the server at address holds.
-func (t *Tracker) mergeTunnels(address string, machines []string) {
-	set := make(map[string]struct{}, len(machines))
-	for _, m := range machines {
-		set[m] = struct{}{}
-	}
+// mergeTunnels records the tunnels the server at address holds, from
+// their ages (so the servers' clocks need not agree).
+func (t *Tracker) mergeTunnels(address string, agesMillis map[string]int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	now := t.now()
+	opened := make(map[string]time.Time, len(agesMillis))
+	for m, ms := range agesMillis {
+		opened[m] = now.Add(-time.Duration(ms) * time.Millisecond)
+	}
 	if t.peerTunnels == nil {
 		t.peerTunnels = map[string]peerTunnels{}
 	}
-	t.peerTunnels[address] = peerTunnels{machines: set, at: t.now()}
+	t.peerTunnels[address] = peerTunnels{opened: opened, at: now}
 }
 
 // NewTracker returns an empty tracker.
@@ -180,8 +184,9 @@ func (t *Tracker) forget(machine string) {
 // need not agree.
 type Report struct {
 	AgesMillis map[string]int64 `json:"agesMillis"`
-	// Tunnels are the machines whose tunnels the server holds.
-	Tunnels []string `json:"tunnels,omitempty"`
+	// TunnelAgesMillis are the tunnels the server holds: how long ago
+	// each machine's opened.
+	TunnelAgesMillis map[string]int64 `json:"tunnelAgesMillis,omitempty"`
 }
 
 // reportWindow bounds a report to machines heard from recently; older
@@ -200,7 +205,11 @@ func (t *Tracker) Report() Report {
 		}
 	}
 	if t.tunnels != nil {
-		r.Tunnels = t.tunnels()
+		held := t.tunnels()
+		r.TunnelAgesMillis = make(map[string]int64, len(held))
+		for m, opened := range held {
+			r.TunnelAgesMillis[m] = now.Sub(opened).Milliseconds()
+		}
 	}
 	return r
 }

@@ -206,7 +206,7 @@ func run(ctx context.Context, cfg Config) error {
 	// Each server reports the tunnels it holds with its liveness report,
 	// and forwards a request for a machine whose tunnel another holds.
 	hub := tunnel.NewHub()
-	liveness.ReportTunnels(hub.Machines)
+	liveness.ReportTunnels(hub.Opened)
 	metrics.SetTunnels(hub.Len)
 	tunnels := &serve.Server{Hub: hub, Events: recorder, LastSeen: liveness.LastSeen, Forwarding: &serve.Forwarding{
 		Self: self, Locate: liveness.TunnelHolder, Transport: &http.Transport{TLSClientConfig: peerTLS, ForceAttemptHTTP2: true},

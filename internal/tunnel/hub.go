@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sort"
 	"sync"
 	"time"
 
@@ -58,16 +57,26 @@ type RefusedError struct{ Reason string }
 
 func (e *RefusedError) Error() string { return "the agent refused: " + e.Reason }
 
-// Machines are the machines whose tunnels this hub holds, sorted.
-func (h *Hub) Machines() []string {
+// Opened is when each tunnel this hub holds opened, by machine.
+func (h *Hub) Opened() map[string]time.Time {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]string, 0, len(h.tunnels))
-	for m := range h.tunnels {
-		out = append(out, m)
+	out := make(map[string]time.Time, len(h.tunnels))
+	for m, t := range h.tunnels {
+		out[m] = t.since
 	}
-	sort.Strings(out)
 	return out
+}
+
+// OpenedAt is when machine's tunnel to this hub opened, if it has one.
+func (h *Hub) OpenedAt(machine string) (time.Time, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, ok := h.tunnels[machine]
+	if !ok {
+		return time.Time{}, false
+	}
+	return t.since, true
 }
 
 // Len is how many tunnels the hub holds.

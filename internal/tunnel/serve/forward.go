@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -22,9 +23,10 @@ const ForwardedHeader = "X-Muster-Forwarded-By"
 type Forwarding struct {
 	// Self names this server, in the forwarded request's header.
 	Self string
-	// Locate is the address (host:port) of the server that holds
-	// machine's tunnel, from the servers' liveness reports.
-	Locate func(machine string) (string, bool)
+	// Locate is the address (host:port) of another server that holds
+	// machine's tunnel, and when that tunnel opened, from the servers'
+	// liveness reports.
+	Locate func(machine string) (string, time.Time, bool)
 	// Transport carries this server's peer certificate.
 	Transport http.RoundTripper
 }

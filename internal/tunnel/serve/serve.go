@@ -36,6 +36,11 @@ const (
 
 var machines = schema.GroupResource{Group: api.GroupName, Resource: "machines"}
 
+// staleSlack is how much newer another server's tunnel for a machine must
+// be than this server's for this one's to be taken as dead: more than the
+// error of converting a report's ages (a poll's round trip).
+const staleSlack = 2 * time.Second
+
 // Server serves a Hub's tunnels over the apiserver.
 type Server struct {
 	Hub *tunnel.Hub
@@ -68,8 +73,12 @@ func (h *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // agent's tunnel. An error is returned before anything was written, for
 // the caller to answer with; once the stream runs, errors end it.
 func (h *Server) Connect(subresource string, m *api.Machine, who user.Info, w http.ResponseWriter, r *http.Request) error {
-	if f := h.Forwarding; f != nil && !h.Hub.Connected(m.Name) && r.Header.Get(ForwardedHeader) == "" {
-		if address, ok := f.Locate(m.Name); ok {
+	if f := h.Forwarding; f != nil && r.Header.Get(ForwardedHeader) == "" {
+		// Another server's tunnel, if this one holds none, or if that one
+		// is newer: the agent moved there, and this one's is dead but not
+		// yet noticed (keepalives take up to ~35 s).
+		local, here := h.Hub.OpenedAt(m.Name)
+		if address, opened, ok := f.Locate(m.Name); ok && (!here || opened.After(local.Add(staleSlack))) {
 			f.forward(address, m, who, w, r)
 			return nil
 		}
