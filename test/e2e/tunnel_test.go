@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -136,6 +137,19 @@ func TestTunnelExec(t *testing.T) {
 		if code == 0 || !strings.Contains(errOut, "Forbidden") || !strings.Contains(errOut, "muster:operators") {
 			t.Errorf("viewer %v: exit %d, %s; want Forbidden naming muster:operators", args, code, errOut)
 		}
+	}
+
+	// An agent's certificate never execs, not even into its own machine,
+	// and a tunnel needs a machine's certificate.
+	if code, _, body := do(t, certHTTPClient(t, s, a.dataDir), s, http.MethodPost, "/apis/muster.io/v1alpha1/machines/edge-1/exec?command=true", nil, nil); code != http.StatusForbidden {
+		t.Errorf("an agent's certificate exec'ing into its machine: %d %.300s; want 403", code, body)
+	}
+	anonymous := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: s.caPool()}}}
+	if code, _, body := do(t, anonymous, s, http.MethodPost, "/tunnel", nil, nil); code != http.StatusUnauthorized {
+		t.Errorf("an anonymous tunnel: %d %.300s; want 401", code, body)
+	}
+	if code, body := adminRequest(t, s, http.MethodPost, "/tunnel"); code != http.StatusForbidden || !strings.Contains(body, "machine") {
+		t.Errorf("an admin opening a tunnel: %d %.300s; want 403 (only a machine's agent may)", code, body)
 	}
 
 	// An agent started with --disable-exec refuses, and says so.
