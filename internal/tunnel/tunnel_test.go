@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -293,4 +294,29 @@ func TestReopenFlood(t *testing.T) {
 	if !h.Connected("m1") {
 		t.Fatal("the refused reopen closed the open tunnel")
 	}
+}
+
+// A user who goes away (the server ends the stream) kills the command on
+// the machine: nothing keeps running unseen.
+func TestExecKilledWhenStreamEnds(t *testing.T) {
+	h := NewHub()
+	connect(t, h, "m1", Policy{})
+	s, err := h.Open(context.Background(), "m1", Request{Kind: KindExec, Command: []string{"sh", "-c", "echo $$; exec sleep 60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	typ, p, err := ReadFrame(s, nil)
+	if err != nil || typ != FrameStdout {
+		t.Fatalf("first frame: %d %q %v", typ, p, err)
+	}
+	pid := strings.TrimSpace(string(p))
+	if _, err := os.Stat("/proc/" + pid); err != nil {
+		t.Fatalf("the command (pid %s) is not running: %v", pid, err)
+	}
+	s.Done()
+	waitFor(t, func() bool {
+		b, err := os.ReadFile("/proc/" + pid + "/stat")
+		// Gone, or a zombie awaiting its parent's wait.
+		return err != nil || strings.Contains(string(b), ") Z ")
+	})
 }
