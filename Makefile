@@ -33,6 +33,7 @@ all: build
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/muster-server ./cmd/server
 	$(GO) build -ldflags '$(LDFLAGS) -s -w' -o $(BIN)/muster-agent ./cmd/agent
+	$(GO) build -ldflags '$(LDFLAGS) -s -w' -o $(BIN)/kubectl-muster ./cmd/kubectl-muster
 
 run: build
 	$(BIN)/muster-server --data-dir $(DATA_DIR) --https-port $(HTTPS_PORT) --bind-address $(BIND_ADDRESS) $(if $(ADVERTISE_ADDRESS),--advertise-address $(ADVERTISE_ADDRESS))

@@ -3,6 +3,7 @@ module github.com/muster-io/muster
 go 1.26.8
 
 require (
+	github.com/hashicorp/yamux v0.1.2
 	github.com/k3s-io/kine v0.17.5
 	github.com/looplab/fsm v1.0.3
 	github.com/spf13/cobra v1.10.2

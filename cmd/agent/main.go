@@ -52,6 +52,11 @@ func newRootCommand() *cobra.Command {
 				return fmt.Errorf("--server (or $MUSTER_URL) is required, e.g. --server https://10.0.0.1:9443")
 			}
 			cfg.NodeName = strings.ToLower(cfg.NodeName)
+			for _, p := range cfg.AllowPorts {
+				if p < 1 || p > 65535 {
+					return fmt.Errorf("--allow-port %d: a port is 1 to 65535", p)
+				}
+			}
 			if cfg.Token != "" && cfg.TokenFile != "" {
 				return fmt.Errorf("--token and --token-file both given: pass only --token-file")
 			}
@@ -76,6 +81,8 @@ func newRootCommand() *cobra.Command {
 	f.StringArrayVar(&cfg.Roles, "role", nil, "role of the machine, e.g. worker (repeatable)")
 	f.StringVar(&cfg.DataDir, "data-dir", dataDir, "directory for the node password, identity and certificate")
 	f.StringVar(&cfg.LogFormat, "log-format", "text", logformat.Usage)
+	f.BoolVar(&cfg.DisableExec, "disable-exec", false, "refuse every exec the server relays (kubectl muster exec); the agent says so to whoever asked")
+	f.IntSliceVar(&cfg.AllowPorts, "allow-port", nil, "a port on this machine's loopback (127.0.0.1) that kubectl muster port-forward may reach through the server (repeatable; none by default)")
 	f.BoolVar(&cfg.InsecureSkipCACheck, "insecure-skip-ca-check", false, "accept a token without a CA hash and do not verify the server (dangerous)")
 	cmd.AddCommand(newSimulateCommand(), version.Command("muster-agent"))
 	return cmd

@@ -61,6 +61,7 @@ applied.`,
 	f.IntVar(&cfg.Concurrency, "concurrency", 50, "how many agents join at the same moment")
 	f.StringVar(&cfg.Prefix, "prefix", "sim", "node names are <prefix>-<n>")
 	f.Float64Var(&cfg.PlanUpdates, "plan-updates", 0, "plan changes a second, round robin over the simulated machines, once they have joined (needs --kubeconfig)")
+	f.BoolVar(&cfg.NoTunnels, "no-tunnels", false, "do not hold the agents' tunnels (real agents do), to measure what they cost")
 	f.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "admin kubeconfig to change plans with (default $KUBECONFIG; muster-server kubeconfig --output FILE writes one)")
 	return cmd
 }

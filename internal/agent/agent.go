@@ -27,6 +27,7 @@ import (
 	"github.com/muster-io/muster/internal/jointoken"
 	"github.com/muster-io/muster/internal/logformat"
 	"github.com/muster-io/muster/internal/pki"
+	"github.com/muster-io/muster/internal/tunnel"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	musterclient "github.com/muster-io/muster/pkg/client/clientset/versioned/typed/muster/v1alpha1"
 )
@@ -57,6 +58,10 @@ type Config struct {
 	// muster-agent binary sets it; a muster-server running its host's agent
 	// in-process (--with-agent) keeps klog for its own log.
 	OwnsKlog bool
+	// DisableExec refuses the execs the server relays through the tunnel.
+	DisableExec bool
+	// AllowPorts are the loopback ports port-forwards may reach.
+	AllowPorts []int
 	// Args is the agent's command line, to print the command that joins
 	// again once the Machine is deleted; nil prints a generic one.
 	Args []string
@@ -66,7 +71,14 @@ type Config struct {
 // error when the agent's Machine is deleted while it runs: its certificate
 // is void from then on, and only a new join token brings it back.
 func Run(ctx context.Context, cfg Config) error {
-	a := &agent{cfg: cfg, dir: dataDir(cfg.DataDir), gone: make(chan error, 1)}
+	// The agent's recent lines, for `kubectl muster logs`; whatever it
+	// writes goes there too.
+	ring := tunnel.NewRing(logRingBytes)
+	if cfg.Out == nil {
+		cfg.Out = io.Discard
+	}
+	cfg.Out = io.MultiWriter(cfg.Out, ring)
+	a := &agent{cfg: cfg, dir: dataDir(cfg.DataDir), gone: make(chan error, 1), ring: ring}
 	if cfg.LogFormat == "json" {
 		l := logformat.JSON(cfg.Out).WithCallDepth(1)
 		a.json = &l
@@ -118,6 +130,9 @@ func (a *agent) run(ctx context.Context) error {
 		if err == nil {
 			go a.heartbeat(wctx, c, machine)
 			go a.runPlans(wctx, c, machine)
+			// The tunnel rides on this session's connection; after a
+			// renewal it is opened again with the new certificate.
+			go a.tunnel(wctx, c)
 		}
 		renewed := make(chan struct{})
 		go func() {
@@ -150,6 +165,23 @@ type agent struct {
 	gone chan error
 	// json, when set, writes the agent's lines as JSON objects.
 	json *logr.Logger
+	// ring keeps the agent's recent lines for `kubectl muster logs`.
+	ring *tunnel.Ring
+}
+
+// logRingBytes bounds the log the agent keeps in memory to serve.
+const logRingBytes = 256 << 10
+
+// tunnel holds the agent's tunnel to the server on c's connection until
+// ctx ends (internal/tunnel), serving what the agent's flags allow.
+func (a *agent) tunnel(ctx context.Context, c *session) {
+	RunTunnel(ctx, c.http, c.host, tunnel.Policy{DisableExec: a.cfg.DisableExec, AllowPorts: a.cfg.AllowPorts, Log: a.ring}, a.say)
+}
+
+// RunTunnel is the agent's tunnel, shared with `muster-agent simulate`:
+// hc and host are a certificate-authenticated session's client and base URL.
+func RunTunnel(ctx context.Context, hc *http.Client, host string, policy tunnel.Policy, say func(format string, args ...interface{})) {
+	(&tunnel.Client{Policy: policy, Say: say}).Run(ctx, hc, host)
 }
 
 // say writes one line of the agent's account, timestamped: an operator
@@ -539,6 +571,10 @@ func sameSet(a, b []string) bool {
 type session struct {
 	musterclient.MusterV1alpha1Interface
 	transport *http.Transport
+	// http and host are the session's client and base URL, for the
+	// tunnel's request (which is no API call).
+	http *http.Client
+	host string
 }
 
 // close drops the session's idle connections; requests in flight finish.
@@ -582,9 +618,10 @@ func (a *agent) client() (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := musterclient.NewForConfigAndClient(cfg, &http.Client{Transport: rt})
+	hc := &http.Client{Transport: rt}
+	c, err := musterclient.NewForConfigAndClient(cfg, hc)
 	if err != nil {
 		return nil, err
 	}
-	return &session{MusterV1alpha1Interface: c, transport: transport}, nil
+	return &session{MusterV1alpha1Interface: c, transport: transport, http: hc, host: server}, nil
 }

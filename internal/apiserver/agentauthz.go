@@ -11,6 +11,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"github.com/muster-io/muster/internal/caller"
+	"github.com/muster-io/muster/internal/tunnel"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 	listers "github.com/muster-io/muster/pkg/client/listers/muster/v1alpha1"
@@ -157,10 +158,18 @@ func (a *AgentAuthorizer) machine(ctx context.Context, attrs authorizer.Attribut
 	if err != nil {
 		return authorizer.DecisionNoOpinion, "", err
 	}
-	own := "a machine may read only its own Machine and MachinePlan, write their status, read ServerEndpoints, renew its certificate and send heartbeats"
+	own := "a machine may read only its own Machine and MachinePlan, write their status, read ServerEndpoints, renew its certificate, send heartbeats and hold its tunnel"
 	switch {
 	case !attrs.IsResourceRequest():
 		if attrs.GetVerb() == "get" && attrs.GetPath() == api.HeartbeatPath {
+			return authorizer.DecisionAllow, "", nil
+		}
+		if attrs.GetVerb() == "post" && attrs.GetPath() == tunnel.Path {
+			// Its own tunnel only (the hub keys it by the certificate's
+			// machine), and not once its Machine is on its way out.
+			if m.DeletionTimestamp != nil || m.Status.Phase == api.MachinePhaseDeleting || m.Status.Phase == api.MachinePhaseDeleted {
+				return authorizer.DecisionDeny, fmt.Sprintf("machine %s is being deleted: its agent may no longer open a tunnel", name), nil
+			}
 			return authorizer.DecisionAllow, "", nil
 		}
 	case isMuster(attrs, "clusterregistrations") && attrs.GetSubresource() == "":

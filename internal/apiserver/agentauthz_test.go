@@ -61,3 +61,58 @@ func TestEventsAreForAdministratorsOnly(t *testing.T) {
 		})
 	}
 }
+
+// Reaching a machine: its agent may hold its own tunnel while its Machine
+// lives, never exec into any machine; only servers may impersonate (to
+// forward a user's exec to the server holding the tunnel).
+func TestTunnelAuthorization(t *testing.T) {
+	deleting := metav1.Now()
+	a := NewAgentAuthorizer()
+	a.SetClient(fake.NewSimpleClientset(
+		&api.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m1", UID: "uid-1"}},
+		&api.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m2", UID: "uid-2", DeletionTimestamp: &deleting, Finalizers: []string{"x"}}},
+	))
+	rules := Authorizer{Rules: []authorizer.AuthorizerFunc{a.Authorize}}
+	machine := func(name, uid string) user.Info {
+		cn, groups := caller.MachineSubject(name, uid)
+		return &user.DefaultInfo{Name: cn, Groups: groups}
+	}
+	scn, sgroups := caller.ServerSubject("s2")
+	server := &user.DefaultInfo{Name: scn, Groups: sgroups}
+	operator := &user.DefaultInfo{Name: "otto", Groups: []string{caller.OperatorsGroup}}
+	tunnelReq := func(u user.Info, verb string) authorizer.AttributesRecord {
+		return authorizer.AttributesRecord{User: u, Verb: verb, Path: "/tunnel"}
+	}
+	exec := func(u user.Info, name string) authorizer.AttributesRecord {
+		return authorizer.AttributesRecord{User: u, Verb: "create", APIGroup: api.GroupName, Resource: "machines", Subresource: "exec", Name: name, ResourceRequest: true}
+	}
+	impersonate := func(u user.Info) authorizer.AttributesRecord {
+		return authorizer.AttributesRecord{User: u, Verb: "impersonate", Resource: "users", Name: "otto", ResourceRequest: true}
+	}
+	for _, tt := range []struct {
+		name  string
+		attrs authorizer.AttributesRecord
+		want  authorizer.Decision
+	}{
+		{"an agent opens its tunnel", tunnelReq(machine("m1", "uid-1"), "post"), authorizer.DecisionAllow},
+		{"an agent may only POST it", tunnelReq(machine("m1", "uid-1"), "get"), authorizer.DecisionDeny},
+		{"a deleting machine's agent may not", tunnelReq(machine("m2", "uid-2"), "post"), authorizer.DecisionDeny},
+		{"a voided certificate may not", tunnelReq(machine("m1", "uid-old"), "post"), authorizer.DecisionDeny},
+		{"an operator may not open a tunnel", tunnelReq(operator, "post"), authorizer.DecisionDeny},
+		{"an agent never execs, even into itself", exec(machine("m1", "uid-1"), "m1"), authorizer.DecisionDeny},
+		{"an operator execs", exec(operator, "m1"), authorizer.DecisionAllow},
+		{"a server impersonates to forward", impersonate(server), authorizer.DecisionAllow},
+		{"an operator may not impersonate", impersonate(operator), authorizer.DecisionDeny},
+		{"an agent may not impersonate", impersonate(machine("m1", "uid-1")), authorizer.DecisionDeny},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, reason, err := rules.Authorize(context.Background(), tt.attrs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("decision %v (%s), want %v", got, reason, tt.want)
+			}
+		})
+	}
+}

@@ -33,7 +33,15 @@ type roleGrant struct {
 	verbs       []string
 	// path is a non-resource URL; it ends with "*" for a prefix.
 	path string
+	// except are subresources a "*" grant leaves out.
+	except []string
 }
+
+// reachMachine are a Machine's subresources that reach into the machine
+// itself through its agent's tunnel (internal/tunnel): running commands,
+// opening its ports, reading its agent's log. Reading a Machine is not
+// leave to run commands on it, so viewers never get them.
+var reachMachine = []string{"exec", "portforward", "log"}
 
 // readable is what viewers and operators may read. Join tokens and node
 // passwords are absent: their objects hold hashes of secrets.
@@ -45,7 +53,7 @@ var roleGrants = func() []roleGrant {
 	ops := []string{caller.OperatorsGroup}
 	var g []roleGrant
 	for _, r := range readable {
-		g = append(g, roleGrant{groups: both, apiGroup: api.GroupName, resource: r, subresource: "*", verbs: readVerbs})
+		g = append(g, roleGrant{groups: both, apiGroup: api.GroupName, resource: r, subresource: "*", verbs: readVerbs, except: reachMachine})
 	}
 	g = append(g,
 		roleGrant{groups: both, apiGroup: "", resource: "events", subresource: "", verbs: readVerbs},
@@ -61,6 +69,11 @@ var roleGrants = func() []roleGrant {
 		// Labels (roles that plan sets select on) and deletion; a Machine's
 		// status stays the server's and its agent's.
 		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machines", subresource: "", verbs: []string{"update", "patch", "delete"}},
+		// Reaching into a machine through its agent: operators, as
+		// kubectl exec and port-forward are granted to who runs a cluster.
+		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machines", subresource: "exec", verbs: []string{"create"}},
+		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machines", subresource: "portforward", verbs: []string{"create"}},
+		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machines", subresource: "log", verbs: []string{"get"}},
 		roleGrant{groups: []string{caller.MetricsReadersGroup}, path: "/metrics", verbs: []string{"get"}},
 		// The drivers and their schemas (drivers.go): what a pool's
 		// driverConfig may hold, which anyone who reads pools may know.
@@ -88,7 +101,7 @@ func (r roleGrant) matches(attrs authorizer.Attributes) bool {
 		return attrs.GetPath() == r.path
 	}
 	return r.path == "" && attrs.GetAPIGroup() == r.apiGroup && attrs.GetResource() == r.resource &&
-		(r.subresource == "*" || attrs.GetSubresource() == r.subresource)
+		(r.subresource == "*" && !slices.Contains(r.except, attrs.GetSubresource()) || attrs.GetSubresource() == r.subresource)
 }
 
 // roleAllows says whether a built-in role the caller holds allows the request.

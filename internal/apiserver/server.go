@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	genericfilters "k8s.io/apiserver/pkg/server/filters"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/util/compatibility"
@@ -35,6 +37,8 @@ import (
 	"github.com/muster-io/muster/internal/events"
 	"github.com/muster-io/muster/internal/generated/openapi"
 	"github.com/muster-io/muster/internal/registry"
+	"github.com/muster-io/muster/internal/tunnel"
+	"github.com/muster-io/muster/internal/tunnel/serve"
 	"github.com/muster-io/muster/internal/watchcache"
 	"github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
@@ -96,6 +100,10 @@ type Config struct {
 	// LastHeard, if set, is when a machine's agent was last heard by any
 	// server (in memory); `kubectl get machines` shows it as LAST-SEEN.
 	LastHeard func(machine string) time.Time
+	// Tunnels, if set, holds the agents' tunnels (POST tunnel.Path) and
+	// serves the Machine subresources that reach through them
+	// (machines/exec, machines/portforward, machines/log).
+	Tunnels *serve.Server
 	// Drivers, if set, are the machine-pool drivers: pools are checked
 	// against their driver's schema at admission, and DriversPath
 	// publishes the schemas.
@@ -153,6 +161,16 @@ func New(cfg Config) (*Server, error) {
 	// (clients re-watch elsewhere) instead of holding the shutdown for the
 	// full request timeout.
 	rc.ShutdownWatchTerminationGracePeriod = 2 * time.Second
+	// A tunnel lasts as long as its agent runs, and an exec, a
+	// port-forward or a log as long as the user keeps it: none of them may
+	// be cut by the request timeout or count against the in-flight limits
+	// (which would let a few hundred tunnels starve every other request).
+	// The tunnel is bounded instead by one per machine; its streams by
+	// tunnel.DefaultMaxStreams.
+	longRunning := genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"), sets.NewString("exec", "portforward", "log"))
+	rc.LongRunningFunc = func(r *http.Request, info *request.RequestInfo) bool {
+		return (r.URL.Path == tunnel.Path && cfg.Tunnels != nil) || longRunning(r, info)
+	}
 	observe := cfg.ObserveCaller
 	gate := &credentialGate{tokens: cfg.Tokens, agents: cfg.Agents, failures: newFailureLimiter(AuthFailureLimit, AuthFailureWindow), hold: credentialHold,
 		recheck: unknownTokenRecheck, rechecking: make(chan struct{}, maxRechecking)}
@@ -251,6 +269,11 @@ func New(cfg Config) (*Server, error) {
 		resources[s.Resource] = s.Main
 		resources[s.Resource+"/status"] = s.Status
 	}
+	if cfg.Tunnels != nil {
+		for path, s := range registry.MachineConnectStorages(resources[registry.Machine.Resource].(rest.Getter), cfg.Tunnels) {
+			resources[path] = s
+		}
+	}
 	if cfg.Registrations != nil {
 		main := resources[registry.ClusterRegistration.Resource].(*registry.REST)
 		resources[registry.ClusterRegistration.Resource] = cfg.Registrations(main, objects)
@@ -272,6 +295,9 @@ func New(cfg Config) (*Server, error) {
 		h := driversHandler{drivers: cfg.Drivers}
 		generic.Handler.NonGoRestfulMux.Handle(DriversPath, h)
 		generic.Handler.NonGoRestfulMux.HandlePrefix(DriversPath+"/", h)
+	}
+	if cfg.Tunnels != nil {
+		generic.Handler.NonGoRestfulMux.Handle(tunnel.Path, cfg.Tunnels)
 	}
 	for path, h := range cfg.PeerHandlers {
 		generic.Handler.NonGoRestfulMux.Handle(path, h)

@@ -60,6 +60,7 @@ func PollPeers(ctx context.Context, t *Tracker, endpoints listers.ServerEndpoint
 				}
 				delete(failing, name)
 				t.Merge(r)
+				t.mergeTunnels(address, r.TunnelAgesMillis)
 			}(e.Name, e.Spec.Address)
 		}
 		wg.Wait()

@@ -29,6 +29,61 @@ type Tracker struct {
 	baseline time.Time
 	now      func() time.Time
 	onReturn func(machine string)
+	// tunnels, if set, are the tunnels this server holds (machine → when
+	// opened), for its report; peerTunnels are the other servers', by address.
+	tunnels     func() map[string]time.Time
+	peerTunnels map[string]peerTunnels
+}
+
+type peerTunnels struct {
+	opened map[string]time.Time // machine → when its tunnel opened, on this clock
+	at     time.Time            // when the report came
+}
+
+// ReportTunnels makes this server's report list the tunnels it holds
+// (internal/tunnel), so that the other servers forward requests for those
+// machines here.
+func (t *Tracker) ReportTunnels(held func() map[string]time.Time) {
+	t.mu.Lock()
+	t.tunnels = held
+	t.mu.Unlock()
+}
+
+// tunnelFreshness is how old a peer's report may be for its tunnels to be
+// believed: a few polls, so that one missed poll does not hide them.
+const tunnelFreshness = 3 * PeerPollInterval
+
+// TunnelHolder is the address of another server whose fresh report says it
+// holds machine's tunnel, and when that tunnel opened. When an agent moved
+// between servers, an old server may still list its dead tunnel for a
+// while: the newest tunnel is the one the agent reads.
+func (t *Tracker) TunnelHolder(machine string) (string, time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	best, bestOpened := "", time.Time{}
+	for address, p := range t.peerTunnels {
+		if opened, ok := p.opened[machine]; ok && now.Sub(p.at) < tunnelFreshness && (best == "" || opened.After(bestOpened)) {
+			best, bestOpened = address, opened
+		}
+	}
+	return best, bestOpened, best != ""
+}
+
+// mergeTunnels records the tunnels the server at address holds, from
+// their ages (so the servers' clocks need not agree).
+func (t *Tracker) mergeTunnels(address string, agesMillis map[string]int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	opened := make(map[string]time.Time, len(agesMillis))
+	for m, ms := range agesMillis {
+		opened[m] = now.Add(-time.Duration(ms) * time.Millisecond)
+	}
+	if t.peerTunnels == nil {
+		t.peerTunnels = map[string]peerTunnels{}
+	}
+	t.peerTunnels[address] = peerTunnels{opened: opened, at: now}
 }
 
 // NewTracker returns an empty tracker.
@@ -129,6 +184,9 @@ func (t *Tracker) forget(machine string) {
 // need not agree.
 type Report struct {
 	AgesMillis map[string]int64 `json:"agesMillis"`
+	// TunnelAgesMillis are the tunnels the server holds: how long ago
+	// each machine's opened.
+	TunnelAgesMillis map[string]int64 `json:"tunnelAgesMillis,omitempty"`
 }
 
 // reportWindow bounds a report to machines heard from recently; older
@@ -144,6 +202,13 @@ func (t *Tracker) Report() Report {
 	for name, at := range t.seen {
 		if age := now.Sub(at); age < reportWindow {
 			r.AgesMillis[name] = age.Milliseconds()
+		}
+	}
+	if t.tunnels != nil {
+		held := t.tunnels()
+		r.TunnelAgesMillis = make(map[string]int64, len(held))
+		for m, opened := range held {
+			r.TunnelAgesMillis[m] = now.Sub(opened).Milliseconds()
 		}
 	}
 	return r

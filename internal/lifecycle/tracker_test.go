@@ -154,3 +154,39 @@ func TestTrackerReportRoundTrip(t *testing.T) {
 		t.Fatalf("told again of machines already known: %v", told)
 	}
 }
+
+// Each server's report lists the tunnels it holds; the others find the
+// holder from it while the report is fresh, and not after; of two servers
+// listing a machine (its agent moved), the newer tunnel wins.
+func TestTrackerTunnelHolder(t *testing.T) {
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	peer := NewTracker()
+	peer.now = c.now
+	peer.ReportTunnels(func() map[string]time.Time {
+		return map[string]time.Time{"m1": c.t.Add(-time.Minute), "moved": c.t.Add(-time.Hour)}
+	})
+	other := NewTracker()
+	other.now = c.now
+	other.ReportTunnels(func() map[string]time.Time { return map[string]time.Time{"moved": c.t.Add(-time.Second)} })
+	self := NewTracker()
+	self.now = c.now
+	self.mergeTunnels("10.0.0.2:9443", peer.Report().TunnelAgesMillis)
+	self.mergeTunnels("10.0.0.3:9443", other.Report().TunnelAgesMillis)
+	if _, opened, _ := self.TunnelHolder("moved"); !opened.Equal(c.t.Add(-time.Second)) {
+		t.Errorf("the moved tunnel opened at %s, want a second ago (%s)", opened, c.t.Add(-time.Second))
+	}
+	for _, tc := range []struct {
+		machine, want string
+		after         time.Duration
+	}{
+		{"m1", "10.0.0.2:9443", 0},
+		{"moved", "10.0.0.3:9443", 0},
+		{"m2", "", 0},
+		{"m1", "", tunnelFreshness},
+	} {
+		c.t = c.t.Add(tc.after)
+		if got, _, ok := self.TunnelHolder(tc.machine); got != tc.want || ok != (tc.want != "") {
+			t.Errorf("TunnelHolder(%s) after %s = %q, %v; want %q", tc.machine, tc.after, got, ok, tc.want)
+		}
+	}
+}

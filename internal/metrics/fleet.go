@@ -34,6 +34,9 @@ var (
 	connectedDesc = compbase.NewDesc(namespace+"_agents_connected",
 		"Agents whose requests (heartbeats, watches, status writes) reached this server in the last 15 seconds.",
 		nil, nil, compbase.ALPHA, "")
+	tunnelsDesc = compbase.NewDesc(namespace+"_tunnels_open",
+		"Agents' tunnels this server holds (kubectl muster exec, port-forward and logs reach a machine through its tunnel); with several servers, the others forward to it.",
+		nil, nil, compbase.ALPHA, "")
 )
 
 // fleet computes the gauges that describe the fleet when Prometheus
@@ -43,6 +46,7 @@ type fleetCollector struct {
 	compbase.BaseStableCollector
 	machines  atomic.Pointer[listers.MachineLister]
 	connected atomic.Pointer[func() int]
+	tunnels   atomic.Pointer[func() int]
 }
 
 var fleet = &fleetCollector{}
@@ -55,14 +59,21 @@ func SetMachines(l listers.MachineLister) { fleet.machines.Store(&l) }
 // by this server within ConnectedWindow.
 func SetConnectedAgents(count func() int) { fleet.connected.Store(&count) }
 
+// SetTunnels gives muster_tunnels_open its count.
+func SetTunnels(count func() int) { fleet.tunnels.Store(&count) }
+
 func (c *fleetCollector) DescribeWithStability(ch chan<- *compbase.Desc) {
 	ch <- machinesDesc
 	ch <- connectedDesc
+	ch <- tunnelsDesc
 }
 
 func (c *fleetCollector) CollectWithStability(ch chan<- compbase.Metric) {
 	if count := c.connected.Load(); count != nil {
 		ch <- compbase.NewLazyConstMetric(connectedDesc, compbase.GaugeValue, float64((*count)()))
+	}
+	if count := c.tunnels.Load(); count != nil {
+		ch <- compbase.NewLazyConstMetric(tunnelsDesc, compbase.GaugeValue, float64((*count)()))
 	}
 	l := c.machines.Load()
 	if l == nil {

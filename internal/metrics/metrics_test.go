@@ -216,6 +216,7 @@ func touchAll() {
 	Leading("muster-controllers", true)
 	DatastoreError("machines", "get")
 	SetConnectedAgents(func() int { return 1 })
+	SetTunnels(func() int { return 1 })
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	_ = idx.Add(&api.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m"}, Spec: api.MachineSpec{Cluster: "c"}, Status: api.MachineStatus{Phase: api.MachinePhaseRunning}})
 	SetMachines(listers.NewMachineLister(idx))
@@ -278,7 +279,7 @@ func TestNamingConventions(t *testing.T) {
 			t.Errorf("%s: a duration not in seconds", name)
 		}
 	}
-	if n != 12 {
-		t.Errorf("%d muster_ metrics exposed, want the 12 of docs/metrics.md", n)
+	if n != 13 {
+		t.Errorf("%d muster_ metrics exposed, want the 13 of docs/metrics.md", n)
 	}
 }

@@ -24,6 +24,8 @@ import (
 	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/internal/snapshot"
 	"github.com/muster-io/muster/internal/store"
+	"github.com/muster-io/muster/internal/tunnel"
+	"github.com/muster-io/muster/internal/tunnel/serve"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
@@ -201,6 +203,14 @@ func run(ctx context.Context, cfg Config) error {
 	metrics.Register()
 	metrics.SetConnectedAgents(func() int { return liveness.Connected(metrics.ConnectedWindow) })
 	registrationRules := apiserver.NewAgentAuthorizer()
+	// Each server reports the tunnels it holds with its liveness report,
+	// and forwards a request for a machine whose tunnel another holds.
+	hub := tunnel.NewHub()
+	liveness.ReportTunnels(hub.Opened)
+	metrics.SetTunnels(hub.Len)
+	tunnels := &serve.Server{Hub: hub, Events: recorder, LastSeen: liveness.LastSeen, Forwarding: &serve.Forwarding{
+		Self: self, Locate: liveness.TunnelHolder, Transport: &http.Transport{TLSClientConfig: peerTLS, ForceAttemptHTTP2: true},
+	}}
 	drivers := driver.NewRegistry(cfg.DriversDir, map[string]driver.Driver{
 		"process": driver.Process{Dir: filepath.Join(cfg.DataDir, "pools"), AgentBinary: install.AgentBinary(cfg.AgentBinary)},
 		"ssh":     &driver.SSH{KeyDir: filepath.Join(cfg.DataDir, "drivers", "ssh"), Script: install.Script},
@@ -226,6 +236,7 @@ func run(ctx context.Context, cfg Config) error {
 		EventTTL:                    cfg.EventTTL,
 		LastHeard:                   liveness.LastSeen,
 		Drivers:                     drivers,
+		Tunnels:                     tunnels,
 	})
 	if err != nil {
 		return err

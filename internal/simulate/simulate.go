@@ -27,6 +27,7 @@ import (
 	"github.com/muster-io/muster/internal/agent"
 	"github.com/muster-io/muster/internal/jointoken"
 	"github.com/muster-io/muster/internal/nodepassword"
+	"github.com/muster-io/muster/internal/tunnel"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	musterclient "github.com/muster-io/muster/pkg/client/clientset/versioned/typed/muster/v1alpha1"
 )
@@ -51,6 +52,9 @@ type Config struct {
 	// Kubeconfig is an admin kubeconfig to change plans with; needed only
 	// with PlanUpdates.
 	Kubeconfig string
+	// NoTunnels leaves out the agents' tunnels (a real agent always holds
+	// one), to measure what the tunnels cost.
+	NoTunnels bool
 }
 
 // Fleet is the simulated agents.
@@ -274,6 +278,12 @@ func (f *Fleet) session(ctx context.Context, a *Agent) {
 	f.connected.Add(1)
 	defer f.connected.Add(-1)
 	go f.heartbeat(ctx, c)
+	if !f.cfg.NoTunnels {
+		// The real agent's tunnel code on the session's own connection.
+		// Exec is refused: a simulated machine is this host, where a
+		// relayed command must not run; the streams are what they cost.
+		go agent.RunTunnel(ctx, httpClient, f.cfg.Server, tunnel.Policy{DisableExec: true}, quiet)
+	}
 	agent.RunPlans(ctx, c, machine, agent.PlanOptions{Executor: nothing{}, Applied: func(checksum string) {
 		f.applied.Add(1)
 		f.changes.applied(machine, checksum)

@@ -1,0 +1,250 @@
+// Package kubectlmuster is the kubectl plugin `kubectl muster`: exec,
+// port-forward and logs on a Machine, through the Machine subresources the
+// server serves over each agent's tunnel (internal/tunnel). It reads the
+// user's kubeconfig the way kubectl does, so it acts as the same user with
+// the same rights.
+package kubectlmuster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/muster-io/muster/internal/tunnel"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
+
+// Options are the plugin's global flags, as kubectl spells them.
+type Options struct {
+	Kubeconfig string
+	Context    string
+	Stdout     io.Writer
+	Stderr     io.Writer
+}
+
+// ExitError carries the exit code the plugin should end with.
+type ExitError struct{ Code int }
+
+func (e *ExitError) Error() string { return fmt.Sprintf("exit code %d", e.Code) }
+
+// client is the user's identity and the server, from the kubeconfig.
+type client struct {
+	http *http.Client
+	host string
+}
+
+func (o Options) client() (*client, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.Kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
+		&clientcmd.ConfigOverrides{CurrentContext: o.Context}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("reading the kubeconfig: %w (set KUBECONFIG or --kubeconfig to the file muster-server wrote, e.g. admin.kubeconfig)", err)
+	}
+	// No client-side timeout: an exec or a port-forward lasts as long as
+	// the user keeps it.
+	cfg.Timeout = 0
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &client{http: hc, host: strings.TrimSuffix(cfg.Host, "/")}, nil
+}
+
+// ParseMachine accepts machine/NAME, machines/NAME or NAME.
+func ParseMachine(s string) (string, error) {
+	kind, name, ok := strings.Cut(s, "/")
+	if !ok {
+		name, kind = s, "machine"
+	}
+	switch kind {
+	case "machine", "machines", "ma", "mach", "machine.muster.io", "machines.muster.io":
+	default:
+		return "", fmt.Errorf("%q: give a machine as machine/NAME (kubectl get machines lists them)", s)
+	}
+	if name == "" {
+		return "", fmt.Errorf("%q: the machine's name is missing, e.g. machine/edge-1", s)
+	}
+	return name, nil
+}
+
+func (c *client) url(machine, sub string, q url.Values) string {
+	u := fmt.Sprintf("%s/apis/%s/%s/machines/%s/%s", c.host, api.GroupName, api.SchemeGroupVersion.Version, url.PathEscape(machine), sub)
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	return u
+}
+
+// serverError is the server's refusal as kubectl prints one.
+func serverError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var st metav1.Status
+	if json.Unmarshal(b, &st) == nil && st.Message != "" {
+		return fmt.Errorf("Error from server (%s): %s", st.Reason, st.Message)
+	}
+	return fmt.Errorf("Error from server (%s): %s", resp.Status, strings.TrimSpace(string(b)))
+}
+
+// Exec runs argv on machine, streams its stdout and stderr, and returns an
+// *ExitError with the remote exit code when it is not zero.
+func (o Options) Exec(ctx context.Context, machine string, argv []string) error {
+	// Checked here too: a command line too long for the server's limit
+	// would otherwise fail as an HTTP header error that says nothing useful.
+	if err := tunnel.ValidateCommand(argv); err != nil {
+		return err
+	}
+	c, err := o.client()
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url(machine, "exec", url.Values{"command": argv}), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("reaching the server: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return serverError(resp)
+	}
+	buf := make([]byte, tunnel.MaxFrameBytes)
+	for {
+		typ, payload, err := tunnel.ReadFrame(resp.Body, buf)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("the stream ended without the command's exit code (the server or the agent went away)")
+			}
+			return fmt.Errorf("exec on machine %s: %w", machine, err)
+		}
+		switch typ {
+		case tunnel.FrameStdout:
+			_, _ = o.Stdout.Write(payload)
+		case tunnel.FrameStderr:
+			_, _ = o.Stderr.Write(payload)
+		case tunnel.FrameExit:
+			code, err := tunnel.ExitCode(payload)
+			if err != nil {
+				return err
+			}
+			if code != 0 {
+				return &ExitError{Code: code}
+			}
+			return nil
+		}
+	}
+}
+
+// Logs copies the agent's recent log to stdout.
+func (o Options) Logs(ctx context.Context, machine string) error {
+	c, err := o.client()
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url(machine, "log", nil), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("reaching the server: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return serverError(resp)
+	}
+	_, err = io.Copy(o.Stdout, resp.Body)
+	return err
+}
+
+// ParsePorts reads LOCAL[:REMOTE]; REMOTE defaults to LOCAL.
+func ParsePorts(s string) (local, remote int, err error) {
+	l, r, ok := strings.Cut(s, ":")
+	if !ok {
+		r = l
+	}
+	local, err = strconv.Atoi(l)
+	if err != nil || local < 0 || local > 65535 {
+		return 0, 0, fmt.Errorf("%q: the local port must be 0 to 65535 (0 picks a free one), as LOCAL[:REMOTE]", s)
+	}
+	if remote, err = tunnel.ValidatePort(r); err != nil {
+		return 0, 0, err
+	}
+	return local, remote, nil
+}
+
+// PortForward listens on 127.0.0.1:local and carries each connection to
+// 127.0.0.1:remote on machine, each in its own stream, until ctx ends.
+// ready, if set, is told the address listened on.
+func (o Options) PortForward(ctx context.Context, machine string, local, remote int, ready func(addr string)) error {
+	c, err := o.client()
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(local)))
+	if err != nil {
+		return fmt.Errorf("listening on 127.0.0.1:%d: %w (choose another local port)", local, err)
+	}
+	context.AfterFunc(ctx, func() { _ = l.Close() })
+	fmt.Fprintf(o.Stdout, "Forwarding from %s -> machine/%s port %d\n", l.Addr(), machine, remote)
+	if ready != nil {
+		ready(l.Addr().String())
+	}
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		go func() {
+			if err := c.forward(ctx, machine, remote, conn); err != nil {
+				fmt.Fprintf(o.Stderr, "port-forward to machine/%s port %d: %v\n", machine, remote, err)
+			}
+		}()
+	}
+}
+
+func (c *client) forward(ctx context.Context, machine string, remote int, conn net.Conn) error {
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The connection's bytes are the request body, streamed over HTTP/2
+	// while the response streams back: one request per connection.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url(machine, "portforward", url.Values{"port": {strconv.Itoa(remote)}}), readOnly{conn})
+	if err != nil {
+		return err
+	}
+	req.ContentLength = -1
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("reaching the server: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return serverError(resp)
+	}
+	_, err = io.Copy(conn, resp.Body)
+	return err
+}
+
+// readOnly hides conn's Close from the HTTP client, which closes a
+// request body when it has sent it; the connection still has a response
+// to write.
+type readOnly struct{ r io.Reader }
+
+func (r readOnly) Read(p []byte) (int, error) { return r.r.Read(p) }

@@ -1,0 +1,73 @@
+package serve
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/klog/v2"
+
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
+
+// ForwardedHeader marks a request one server forwarded to another: it is
+// never forwarded again, so two servers with stale views cannot bounce it.
+const ForwardedHeader = "X-Muster-Forwarded-By"
+
+// Forwarding sends a request for a machine whose tunnel another server
+// holds to that server.
+type Forwarding struct {
+	// Self names this server, in the forwarded request's header.
+	Self string
+	// Locate is the address (host:port) of another server that holds
+	// machine's tunnel, and when that tunnel opened, from the servers'
+	// liveness reports.
+	Locate func(machine string) (string, time.Time, bool)
+	// Transport carries this server's peer certificate.
+	Transport http.RoundTripper
+}
+
+// forward proxies r to the server at address as the user who sent it
+// (impersonation, which servers alone may do): that server authorizes the
+// user again and records the exec, so the audit names the user wherever
+// the request landed. Both bodies stream, flushed as they go.
+func (f *Forwarding) forward(address string, m *api.Machine, who user.Info, w http.ResponseWriter, r *http.Request) {
+	klog.InfoS("Forwarding to the server that holds the machine's tunnel", "machine", m.Name, "server", address, "user", who.GetName())
+	rc := http.NewResponseController(w)
+	_ = rc.EnableFullDuplex()
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "https", address, address
+			for k := range pr.Out.Header {
+				// The user's own credential stays here; the peer
+				// certificate and the impersonation speak for them.
+				if k == "Authorization" || strings.HasPrefix(k, "Impersonate-") {
+					pr.Out.Header.Del(k)
+				}
+			}
+			pr.Out.Header.Set("Impersonate-User", who.GetName())
+			for _, g := range who.GetGroups() {
+				if g != user.AllAuthenticated {
+					pr.Out.Header.Add("Impersonate-Group", g)
+				}
+			}
+			if uid := who.GetUID(); uid != "" {
+				pr.Out.Header.Set("Impersonate-Uid", uid)
+			}
+			pr.Out.Header.Set(ForwardedHeader, f.Self)
+		},
+		Transport:     f.Transport,
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			e := apierrors.NewServiceUnavailable(fmt.Sprintf("the agent of machine %s is connected to server %s, which this server could not reach (%v): try again, or send the request to that server", m.Name, address, err))
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":%q,"reason":"ServiceUnavailable","code":503}`, e.ErrStatus.Message)
+		},
+	}
+	proxy.ServeHTTP(w, r)
+}
