@@ -87,6 +87,28 @@ func (c *client) url(machine, sub string, q url.Values) string {
 	return u
 }
 
+// call makes one request to a machine subresource and returns the open
+// response of a 200; anything else is the server's refusal as an error.
+// body, if not nil, is streamed (ContentLength unknown).
+func (c *client) call(ctx context.Context, method, machine, sub string, q url.Values, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.url(machine, sub, q), body)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.ContentLength = -1
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("reaching the server: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, serverError(resp)
+	}
+	return resp, nil
+}
+
 // serverError is the server's refusal as kubectl prints one.
 func serverError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
@@ -109,18 +131,11 @@ func (o Options) Exec(ctx context.Context, machine string, argv []string) error 
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url(machine, "exec", url.Values{"command": argv}), nil)
+	resp, err := c.call(ctx, http.MethodPost, machine, "exec", url.Values{"command": argv}, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("reaching the server: %w", err)
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return serverError(resp)
-	}
 	buf := make([]byte, tunnel.MaxFrameBytes)
 	for {
 		typ, payload, err := tunnel.ReadFrame(resp.Body, buf)
@@ -154,18 +169,11 @@ func (o Options) Logs(ctx context.Context, machine string) error {
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url(machine, "log", nil), nil)
+	resp, err := c.call(ctx, http.MethodGet, machine, "log", nil, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("reaching the server: %w", err)
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return serverError(resp)
-	}
 	_, err = io.Copy(o.Stdout, resp.Body)
 	return err
 }
@@ -225,19 +233,11 @@ func (c *client) forward(ctx context.Context, machine string, remote int, conn n
 	defer cancel()
 	// The connection's bytes are the request body, streamed over HTTP/2
 	// while the response streams back: one request per connection.
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url(machine, "portforward", url.Values{"port": {strconv.Itoa(remote)}}), readOnly{conn})
+	resp, err := c.call(ctx, http.MethodPost, machine, "portforward", url.Values{"port": {strconv.Itoa(remote)}}, readOnly{conn})
 	if err != nil {
 		return err
 	}
-	req.ContentLength = -1
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("reaching the server: %w", err)
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return serverError(resp)
-	}
 	_, err = io.Copy(conn, resp.Body)
 	return err
 }
