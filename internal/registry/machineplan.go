@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/muster-io/muster/internal/install"
 	"net/url"
 	"path"
 	"regexp"
@@ -220,17 +221,15 @@ func validatePlanSpec(p *api.MachinePlan) field.ErrorList {
 	return append(errs, validateNonNegative(p.Spec.MaxFailures, spec.Child("maxFailures"))...)
 }
 
-// agentVersion is a version as it appears in an asset path: a safe token,
-// so that it names one file of --agent-binaries-dir and nothing else.
-var agentVersion = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$`)
-
 // hexSHA256 is a SHA-256 in lower- or upper-case hex.
 var hexSHA256 = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
 
 // ValidAgentVersion reports whether v may name an agent binary: 1-64 of
 // letters, digits, '.', '_', '+', '-', not starting with a punctuation mark
 // (so never "." or "..").
-func ValidAgentVersion(v string) bool { return agentVersion.MatchString(v) }
+// It is the check the server's /assets/agent/<version>/ applies, so that a
+// valid plan names a binary the server can serve.
+func ValidAgentVersion(v string) bool { return install.ValidVersion(v) }
 
 func validateAgentUpgrade(u *api.AgentUpgrade, fld *field.Path) field.ErrorList {
 	if u == nil {
