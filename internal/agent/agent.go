@@ -88,6 +88,7 @@ func (a *agent) run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
+	a.resumeUpgrade(ctx) // upgrade.go
 	// client-go logs through klog (a watch ending, a retried request):
 	// those lines take the agent's format too, so every line has the same
 	// timestamp and prefix.
@@ -150,6 +151,8 @@ type agent struct {
 	gone chan error
 	// json, when set, writes the agent's lines as JSON objects.
 	json *logr.Logger
+	// upgrade is the state of an agent upgrade (upgrade.go).
+	upgrade *upgradeState
 }
 
 // say writes one line of the agent's account, timestamped: an operator
