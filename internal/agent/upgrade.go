@@ -135,6 +135,12 @@ func (a *agent) awaitCheckIn(ctx context.Context, m *upgradeMarker) {
 			return
 		case <-tick.C:
 		}
+		if !time.Now().Before(m.Deadline) {
+			// A check-in after the deadline does not count: the deadline
+			// is the plan's, and the timer may lose the race to the tick.
+			a.rollback(m, fmt.Sprintf("muster-agent %s did not check in with the server by %s", m.To, m.Deadline.UTC().Format(time.RFC3339)))
+			return
+		}
 		if a.checkedIn(ctx) {
 			removeMarker(a.dir)
 			a.say("upgrade to muster-agent %s confirmed: the Machine shows it", m.To)
