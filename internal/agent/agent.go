@@ -72,6 +72,9 @@ func Run(ctx context.Context, cfg Config) error {
 		a.json = &l
 	}
 	err := a.run(ctx)
+	if err != nil && ctx.Err() == nil {
+		a.upgradeStopped(err) // upgrade.go: a new agent that cannot run puts the previous one back
+	}
 	if ctx.Err() != nil {
 		// SIGTERM or SIGINT: a stop asked for is a clean stop (exit 0),
 		// and the last line says it happened, whatever the agent was doing.

@@ -29,7 +29,6 @@ import (
 	"syscall"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/muster-io/muster/internal/install"
@@ -82,20 +81,34 @@ func writeMarker(dir dataDir, m *upgradeMarker) error {
 
 func removeMarker(dir dataDir) { _ = os.Remove(dir.path(upgradeMarkerFile)) }
 
-// upgradeState is shared by the start-up watchdog and the plan runner.
+// upgradeState is shared by the start-up watchdog, the heartbeat's
+// check-in and the plan runner.
 type upgradeState struct {
 	once sync.Once
 	// confirmed is closed once no upgrade awaits confirmation.
 	confirmed chan struct{}
+	checkOnce sync.Once
+	// checkedIn is closed once a check-in succeeded: the Machine shows
+	// this agent's version.
+	checkedIn chan struct{}
+	// pending is the upgrade awaiting confirmation, nil if none.
+	pending *upgradeMarker
 }
 
 func (s *upgradeState) confirm() { s.once.Do(func() { close(s.confirmed) }) }
+
+// noteCheckIn is told of each successful check-in (liveness.go).
+func (a *agent) noteCheckIn() {
+	if u := a.upgrade; u != nil {
+		u.checkOnce.Do(func() { close(u.checkedIn) })
+	}
+}
 
 // resumeUpgrade runs at start: an agent that finds a marker naming its own
 // version is the new agent, and must check in by the deadline or put the
 // previous binary back.
 func (a *agent) resumeUpgrade(ctx context.Context) {
-	a.upgrade = &upgradeState{confirmed: make(chan struct{})}
+	a.upgrade = &upgradeState{confirmed: make(chan struct{}), checkedIn: make(chan struct{})}
 	m, err := readMarker(a.dir)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
@@ -114,77 +127,91 @@ func (a *agent) resumeUpgrade(ctx context.Context) {
 		a.upgrade.confirm()
 		return
 	}
+	if !time.Now().Before(m.Deadline) {
+		// Started again after the deadline (the new agent stopped or
+		// crashed, and systemd restarted it): put the previous one back.
+		a.rollback(m, fmt.Sprintf("muster-agent %s did not check in with the server by %s", m.To, m.Deadline.UTC().Format(time.RFC3339)))
+		return // rollback returns only when it could not: this agent carries on
+	}
+	a.upgrade.pending = m
 	a.say("upgraded from muster-agent %s to %s; checking in before %s, else the previous agent is put back",
 		m.From, m.To, m.Deadline.UTC().Format(time.RFC3339))
 	go a.awaitCheckIn(ctx, m)
 }
 
-// awaitCheckIn confirms the upgrade once the Machine shows this agent's
-// version, or rolls back at the deadline.
+// awaitCheckIn confirms the upgrade once the agent has checked in, or
+// rolls back at the deadline. It looks once a second: a check-in seen
+// after the deadline does not count, so the outcome is the deadline's,
+// never a race between the two.
 func (a *agent) awaitCheckIn(ctx context.Context, m *upgradeMarker) {
-	deadline := time.NewTimer(time.Until(m.Deadline))
-	defer deadline.Stop()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-deadline.C:
-			a.rollback(m, fmt.Sprintf("muster-agent %s did not check in with the server by %s", m.To, m.Deadline.UTC().Format(time.RFC3339)))
-			return
 		case <-tick.C:
 		}
 		if !time.Now().Before(m.Deadline) {
-			// A check-in after the deadline does not count: the deadline
-			// is the plan's, and the timer may lose the race to the tick.
 			a.rollback(m, fmt.Sprintf("muster-agent %s did not check in with the server by %s", m.To, m.Deadline.UTC().Format(time.RFC3339)))
 			return
 		}
-		if a.checkedIn(ctx) {
+		select {
+		case <-a.upgrade.checkedIn:
 			removeMarker(a.dir)
 			a.say("upgrade to muster-agent %s confirmed: the Machine shows it", m.To)
 			a.upgrade.confirm()
 			return
+		default:
 		}
 	}
 }
 
-func (a *agent) checkedIn(ctx context.Context) bool {
-	cert, err := a.certificate()
-	if err != nil {
-		return false
+// upgradeStopped is told why Run is ending with an error: a new agent
+// that stops before its upgrade was confirmed puts the previous one back
+// at once rather than leave the machine with an agent that does not run.
+func (a *agent) upgradeStopped(err error) {
+	u := a.upgrade
+	if u == nil || u.pending == nil {
+		return
 	}
-	c, err := a.client()
-	if err != nil {
-		return false
+	select {
+	case <-u.confirmed:
+		return
+	default:
 	}
-	defer c.close()
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	machine, err := c.Machines().Get(rctx, strings.TrimPrefix(cert.Subject.CommonName, "muster:machine:"), metav1.GetOptions{})
-	return err == nil && machine.Status.AgentVersion == version.Version
+	a.rollback(u.pending, fmt.Sprintf("muster-agent %s stopped before checking in: %v", u.pending.To, err))
 }
 
 // rollback puts <exe>.previous back and execs it; the previous agent
-// finds the marker and fails the plan with reason.
+// finds the marker and fails the plan with reason. If it cannot, this
+// agent keeps running (a running agent beats none) and says so.
 func (a *agent) rollback(m *upgradeMarker, reason string) {
+	keep := func() {
+		removeMarker(a.dir)
+		if a.upgrade != nil {
+			a.upgrade.confirm()
+		}
+	}
 	exe, err := executable()
 	if err != nil {
-		a.say("cannot roll back the upgrade (%s): %v; this agent keeps running", reason, err)
+		a.say("cannot roll back the upgrade (%s): %v; this agent (%s) keeps running", reason, err, version.Version)
+		keep()
 		return
 	}
-	m.Failed = reason + fmt.Sprintf("; muster-agent %s was put back", m.From)
-	if err := writeMarker(a.dir, m); err != nil {
+	failed := *m
+	failed.Failed = reason + fmt.Sprintf("; muster-agent %s was put back", m.From)
+	if err := writeMarker(a.dir, &failed); err != nil {
 		a.say("cannot record the failed upgrade: %v", err)
 	}
 	if err := os.Rename(exe+previousSuffix, exe); err != nil {
-		a.say("cannot put back %s (%v) after: %s; this agent (%s) keeps running: replace %s by hand", exe+previousSuffix, err, reason, version.Version, exe)
+		a.say("cannot put back %s (%v) after: %s; this agent (%s) keeps running: replace %s by hand if it misbehaves", exe+previousSuffix, err, reason, version.Version, exe)
+		keep()
 		return
 	}
 	a.say("%s; putting back muster-agent %s and restarting it", reason, m.From)
 	err = syscall.Exec(exe, os.Args, os.Environ())
-	a.say("restarting %s: %v; restart the agent by hand", exe, err)
+	a.say("restarting %s: %v; restart the agent by hand (systemctl restart muster-agent)", exe, err)
 }
 
 func executable() (string, error) {

@@ -8,9 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/muster-io/muster/internal/version"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
@@ -128,5 +130,79 @@ func TestSwapBinaryKeepsAWorkingExecutable(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(exe); string(b) != "new" {
 		t.Errorf("after a failed swap exe = %q", b)
+	}
+}
+
+func testAgent(t *testing.T) *agent {
+	var out syncWriter
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(out.String())
+		}
+	})
+	return &agent{cfg: Config{Out: &out}, dir: dataDir(t.TempDir())}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+func TestResumeUpgrade(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// The new agent checks in before the deadline: confirmed, marker gone.
+	a := testAgent(t)
+	if err := writeMarker(a.dir, &upgradeMarker{From: "v0", To: version.Version, Plan: "p", Deadline: time.Now().Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	a.resumeUpgrade(ctx)
+	a.noteCheckIn()
+	select {
+	case <-a.upgrade.confirmed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a checked-in upgrade was not confirmed")
+	}
+	if _, err := readMarker(a.dir); !os.IsNotExist(err) {
+		t.Errorf("marker after confirmation: %v", err)
+	}
+
+	// The previous agent, put back: the marker keeps the reason for the plan.
+	a = testAgent(t)
+	_ = writeMarker(a.dir, &upgradeMarker{From: version.Version, To: "v9", Plan: "p", Deadline: time.Now()})
+	a.resumeUpgrade(ctx)
+	if m, err := readMarker(a.dir); err != nil || !strings.Contains(m.Failed, "started instead of v9") {
+		t.Errorf("marker of an undone upgrade: %+v, %v", m, err)
+	}
+	err := a.upgradeForPlan(ctx, &api.MachinePlan{Spec: api.MachinePlanSpec{AgentUpgrade: &api.AgentUpgrade{Version: "v9"}}, Status: api.MachinePlanStatus{Checksum: "p"}})
+	if err == nil || !strings.Contains(err.Error(), "upgrading to muster-agent v9 failed: muster-agent "+version.Version+" started instead of v9") {
+		t.Errorf("plan error: %v", err)
+	}
+
+	// Past the deadline with nothing to put back (no <exe>.previous beside
+	// the test binary): the agent carries on rather than stop.
+	a = testAgent(t)
+	_ = writeMarker(a.dir, &upgradeMarker{From: "v0", To: version.Version, Plan: "p", Deadline: time.Now().Add(-time.Second)})
+	a.resumeUpgrade(ctx)
+	select {
+	case <-a.upgrade.confirmed:
+	default:
+		t.Fatal("an upgrade that cannot be undone blocks the agent")
+	}
+	if !strings.Contains(a.cfg.Out.(*syncWriter).String(), "keeps running") {
+		t.Errorf("output: %s", a.cfg.Out.(*syncWriter).String())
 	}
 }
