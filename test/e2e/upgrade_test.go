@@ -260,6 +260,12 @@ func TestAgentUpgrade(t *testing.T) {
 		t.Errorf("after the rollback %s version = %q, %v; want vB", exes[one], out, err)
 	}
 	waitFor(t, 30*time.Second, one+" to show agentVersion vB after the rollback", func() bool { return strings.HasSuffix(versions()[one], " vB") })
+	// Invalid fields: 422, in a plan set's template as in a plan.
+	f := filepath.Join(t.TempDir(), "set.yaml")
+	_ = os.WriteFile(f, []byte(upgradeSetDoc("agents-bad", "vB", "nothex", "")), 0o644)
+	if out, err := s.kubectl("apply", "-f", f); err == nil || !strings.Contains(out, "spec.template.agentUpgrade.sha256") {
+		t.Errorf("a set with a bad sha256: want a 422 naming the field, got %v: %s", err, out)
+	}
 	// Invalid fields: 422.
 	for _, bad := range []string{"{version: ../x, sha256: " + strings.Repeat("ab", 32) + "}", "{version: vB, sha256: nothex}", "{version: vB}"} {
 		f := filepath.Join(t.TempDir(), "plan.yaml")
