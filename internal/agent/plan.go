@@ -71,7 +71,8 @@ type PlanOptions struct {
 	// Upgrade, if set, carries out a plan's agentUpgrade before its files
 	// and instructions (upgrade.go); it returns only if the agent was not
 	// replaced. Nil ignores agentUpgrade (a simulated fleet).
-	Upgrade func(ctx context.Context, plan *api.MachinePlan) error
+	// The note it returns, if any, goes into the plan's output.
+	Upgrade func(ctx context.Context, plan *api.MachinePlan) (note string, err error)
 }
 
 // planRunner applies the machine's MachinePlan with Rancher's protocol: it
@@ -208,12 +209,17 @@ func (r *planRunner) apply(ctx context.Context, plan *api.MachinePlan) (bool, er
 	var outputs []api.InstructionOutput
 	var runErr error
 	if plan.Spec.AgentUpgrade != nil && r.opts.Upgrade != nil {
-		if runErr = r.opts.Upgrade(ctx, plan); runErr != nil {
+		var note string
+		if note, runErr = r.opts.Upgrade(ctx, plan); runErr != nil {
 			outputs = []api.InstructionOutput{{Name: agentUpgradeOutput, ExitCode: -1, Output: truncate([]byte(runErr.Error()))}}
+		} else if note != "" {
+			outputs = []api.InstructionOutput{{Name: agentUpgradeOutput, Output: truncate([]byte(note))}}
 		}
 	}
 	if runErr == nil {
-		outputs, runErr = r.opts.Executor.Apply(ctx, &plan.Spec)
+		var more []api.InstructionOutput
+		more, runErr = r.opts.Executor.Apply(ctx, &plan.Spec)
+		outputs = append(outputs, more...)
 	}
 	var probers []Prober
 	for _, p := range plan.Spec.Probes {

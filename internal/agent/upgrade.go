@@ -109,6 +109,7 @@ func (a *agent) noteCheckIn() {
 // previous binary back.
 func (a *agent) resumeUpgrade(ctx context.Context) {
 	a.upgrade = &upgradeState{confirmed: make(chan struct{}), checkedIn: make(chan struct{})}
+	removeStaleDownloads()
 	m, err := readMarker(a.dir)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
@@ -214,6 +215,19 @@ func (a *agent) rollback(m *upgradeMarker, reason string) {
 	a.say("restarting %s: %v; restart the agent by hand (systemctl restart muster-agent)", exe, err)
 }
 
+// removeStaleDownloads deletes what an agent stopped mid-download left
+// beside the executable.
+func removeStaleDownloads() {
+	exe, err := executable()
+	if err != nil {
+		return
+	}
+	stale, _ := filepath.Glob(filepath.Join(filepath.Dir(exe), "."+filepath.Base(exe)+".upgrade-*"))
+	for _, f := range stale {
+		_ = os.Remove(f)
+	}
+}
+
 func executable() (string, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -225,18 +239,29 @@ func executable() (string, error) {
 // upgradeForPlan carries out plan's agentUpgrade. It returns nil when
 // this agent already is the version asked for (and has checked in); on
 // success otherwise it does not return: the process is replaced.
-func (a *agent) upgradeForPlan(ctx context.Context, plan *api.MachinePlan) error {
+func (a *agent) upgradeForPlan(ctx context.Context, plan *api.MachinePlan) (string, error) {
 	u := plan.Spec.AgentUpgrade
 	if u.Version == version.Version {
-		if a.upgrade != nil {
-			select {
-			case <-a.upgrade.confirmed:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+		if a.upgrade == nil {
+			return "", nil
 		}
-		return nil
+		select {
+		case <-a.upgrade.confirmed:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+		if m := a.upgrade.pending; m != nil && m.Plan == plan.Status.Checksum {
+			return fmt.Sprintf("muster-agent upgraded from %s to %s", m.From, m.To), nil
+		}
+		return "", nil
 	}
+	err := a.install(ctx, plan)
+	return "", err
+}
+
+// install replaces this agent with plan's agentUpgrade, and execs it.
+func (a *agent) install(ctx context.Context, plan *api.MachinePlan) error {
+	u := plan.Spec.AgentUpgrade
 	if m, err := readMarker(a.dir); err == nil {
 		removeMarker(a.dir)
 		if m.Plan == plan.Status.Checksum && m.Failed != "" {

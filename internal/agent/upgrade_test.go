@@ -187,7 +187,7 @@ func TestResumeUpgrade(t *testing.T) {
 	if m, err := readMarker(a.dir); err != nil || !strings.Contains(m.Failed, "started instead of v9") {
 		t.Errorf("marker of an undone upgrade: %+v, %v", m, err)
 	}
-	err := a.upgradeForPlan(ctx, &api.MachinePlan{Spec: api.MachinePlanSpec{AgentUpgrade: &api.AgentUpgrade{Version: "v9"}}, Status: api.MachinePlanStatus{Checksum: "p"}})
+	_, err := a.upgradeForPlan(ctx, &api.MachinePlan{Spec: api.MachinePlanSpec{AgentUpgrade: &api.AgentUpgrade{Version: "v9"}}, Status: api.MachinePlanStatus{Checksum: "p"}})
 	if err == nil || !strings.Contains(err.Error(), "upgrading to muster-agent v9 failed: muster-agent "+version.Version+" started instead of v9") {
 		t.Errorf("plan error: %v", err)
 	}

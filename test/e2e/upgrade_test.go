@@ -182,6 +182,9 @@ func TestAgentUpgrade(t *testing.T) {
 	if worst > budget {
 		t.Errorf("the sampler saw %d machines out of Running at once; maxUnavailable 25%% of %d allows %d", worst, n, budget)
 	}
+	if out := s.mustKubectl("get", "machineplan", "up-03", "-o", "jsonpath={.status.output[0].output}"); out != "muster-agent upgraded from vA to vB" {
+		t.Errorf("up-03's plan output says %q, want the upgrade", out)
+	}
 	for name, exe := range exes {
 		if out, err := exec.Command(exe, "version").Output(); err != nil || !strings.Contains(string(out), " vB ") {
 			t.Errorf("%s: %s version = %q, %v; want vB", name, exe, out, err)
