@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/muster-io/muster/internal/install"
 	"net/url"
 	"path"
 	"regexp"
@@ -18,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/muster-io/muster/internal/install"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
