@@ -57,6 +57,10 @@ type Config struct {
 	// muster-agent binary sets it; a muster-server running its host's agent
 	// in-process (--with-agent) keeps klog for its own log.
 	OwnsKlog bool
+	// SelfUpgrade says the process is the muster-agent binary, which may
+	// replace its executable for a plan's agentUpgrade (upgrade.go); an
+	// agent inside muster-server (--with-agent) must not.
+	SelfUpgrade bool
 	// Args is the agent's command line, to print the command that joins
 	// again once the Machine is deleted; nil prints a generic one.
 	Args []string

@@ -109,6 +109,10 @@ func (a *agent) noteCheckIn() {
 // previous binary back.
 func (a *agent) resumeUpgrade(ctx context.Context) {
 	a.upgrade = &upgradeState{confirmed: make(chan struct{}), checkedIn: make(chan struct{})}
+	if !a.cfg.SelfUpgrade {
+		a.upgrade.confirm() // inside muster-server: never upgraded by a plan
+		return
+	}
 	removeStaleDownloads()
 	m, err := readMarker(a.dir)
 	if err != nil {
@@ -254,6 +258,10 @@ func (a *agent) upgradeForPlan(ctx context.Context, plan *api.MachinePlan) (stri
 			return fmt.Sprintf("muster-agent upgraded from %s to %s", m.From, m.To), nil
 		}
 		return "", nil
+	}
+	if !a.cfg.SelfUpgrade {
+		return "", fmt.Errorf("this machine's agent runs inside muster-server (--with-agent) at version %s and is upgraded with the server, not by agentUpgrade %s: "+
+			"leave this machine out of the plan set's selector, or upgrade its muster-server", version.Version, u.Version)
 	}
 	err := a.install(ctx, plan)
 	return "", err

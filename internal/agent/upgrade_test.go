@@ -140,7 +140,7 @@ func testAgent(t *testing.T) *agent {
 			t.Log(out.String())
 		}
 	})
-	return &agent{cfg: Config{Out: &out}, dir: dataDir(t.TempDir())}
+	return &agent{cfg: Config{Out: &out, SelfUpgrade: true}, dir: dataDir(t.TempDir())}
 }
 
 type syncWriter struct {
@@ -204,5 +204,15 @@ func TestResumeUpgrade(t *testing.T) {
 	}
 	if !strings.Contains(a.cfg.Out.(*syncWriter).String(), "keeps running") {
 		t.Errorf("output: %s", a.cfg.Out.(*syncWriter).String())
+	}
+}
+
+func TestNoSelfUpgradeInsideTheServer(t *testing.T) {
+	a := testAgent(t)
+	a.cfg.SelfUpgrade = false
+	a.resumeUpgrade(context.Background())
+	_, err := a.upgradeForPlan(context.Background(), &api.MachinePlan{Spec: api.MachinePlanSpec{AgentUpgrade: &api.AgentUpgrade{Version: "v9"}}})
+	if err == nil || !strings.Contains(err.Error(), "inside muster-server") {
+		t.Fatalf("err = %v", err)
 	}
 }
