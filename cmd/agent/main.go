@@ -20,7 +20,7 @@ func main() {
 }
 
 func newRootCommand() *cobra.Command {
-	cfg := agent.Config{Out: os.Stdout, OwnsKlog: true}
+	cfg := agent.Config{Out: os.Stdout, OwnsKlog: true, SelfUpgrade: true}
 	var labels []string
 	hostname, _ := os.Hostname()
 	dataDir := "muster-agent-data"

@@ -88,6 +88,7 @@ certificate, a server token and an admin kubeconfig there.`,
 
 	// Install (k3s-style): the binaries install.sh downloads, and the host's own agent.
 	fl.StringVar(&cfg.AgentBinary, "agent-binary", "", "muster-agent binary served at /assets/ for install.sh (default: muster-agent beside this executable)")
+	fl.StringVar(&cfg.AgentBinariesDir, "agent-binaries-dir", "", "directory of muster-agent-<version>-<os>-<arch> binaries, served (public, with .sha256) at /assets/agent/<version>/muster-agent-<os>-<arch> for plans that upgrade agents (spec.agentUpgrade)")
 	fl.BoolVar(&cfg.WithAgent, "with-agent", false, "also run the agent of this server's own host, joined like any other machine (its state in <data-dir>/agent)")
 
 	// Machine pools: drivers beyond the built-in ones.

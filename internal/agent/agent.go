@@ -62,6 +62,10 @@ type Config struct {
 	DisableExec bool
 	// AllowPorts are the loopback ports port-forwards may reach.
 	AllowPorts []int
+	// SelfUpgrade says the process is the muster-agent binary, which may
+	// replace its executable for a plan's agentUpgrade (upgrade.go); an
+	// agent inside muster-server (--with-agent) must not.
+	SelfUpgrade bool
 	// Args is the agent's command line, to print the command that joins
 	// again once the Machine is deleted; nil prints a generic one.
 	Args []string
@@ -84,6 +88,9 @@ func Run(ctx context.Context, cfg Config) error {
 		a.json = &l
 	}
 	err := a.run(ctx)
+	if err != nil && ctx.Err() == nil {
+		a.upgradeStopped(err) // upgrade.go: a new agent that cannot run puts the previous one back
+	}
 	if ctx.Err() != nil {
 		// SIGTERM or SIGINT: a stop asked for is a clean stop (exit 0),
 		// and the last line says it happened, whatever the agent was doing.
@@ -100,6 +107,7 @@ func (a *agent) run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
+	a.resumeUpgrade(ctx) // upgrade.go
 	// client-go logs through klog (a watch ending, a retried request):
 	// those lines take the agent's format too, so every line has the same
 	// timestamp and prefix.
@@ -167,6 +175,8 @@ type agent struct {
 	json *logr.Logger
 	// ring keeps the agent's recent lines for `kubectl muster logs`.
 	ring *tunnel.Ring
+	// upgrade is the state of an agent upgrade (upgrade.go).
+	upgrade *upgradeState
 }
 
 // logRingBytes bounds the log the agent keeps in memory to serve.

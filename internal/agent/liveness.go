@@ -26,6 +26,8 @@ func (a *agent) checkIn(ctx context.Context, c musterclient.MusterV1alpha1Interf
 	err := CheckIn(ctx, c, machine, addresses())
 	if err != nil {
 		a.say("checking in: %v", err)
+	} else {
+		a.noteCheckIn() // upgrade.go
 	}
 	return err
 }

@@ -68,6 +68,11 @@ type PlanOptions struct {
 	Say func(format string, args ...interface{})
 	// Applied, if set, is told of each plan reported succeeded.
 	Applied func(checksum string)
+	// Upgrade, if set, carries out a plan's agentUpgrade before its files
+	// and instructions (upgrade.go); it returns only if the agent was not
+	// replaced. Nil ignores agentUpgrade (a simulated fleet).
+	// The note it returns, if any, goes into the plan's output.
+	Upgrade func(ctx context.Context, plan *api.MachinePlan) (note string, err error)
 }
 
 // planRunner applies the machine's MachinePlan with Rancher's protocol: it
@@ -84,7 +89,7 @@ type planRunner struct {
 }
 
 func (a *agent) runPlans(ctx context.Context, client musterclient.MusterV1alpha1Interface, machine string) {
-	RunPlans(ctx, client, machine, PlanOptions{Executor: Host{}, Say: a.say})
+	RunPlans(ctx, client, machine, PlanOptions{Executor: Host{}, Say: a.say, Upgrade: a.upgradeForPlan})
 }
 
 // RunPlans watches the machine's own MachinePlan with its certificate's
@@ -201,7 +206,21 @@ func (r *planRunner) apply(ctx context.Context, plan *api.MachinePlan) (bool, er
 		}
 	}
 	r.opts.Say("applying plan %s", short(plan.Status.Checksum))
-	outputs, runErr := r.opts.Executor.Apply(ctx, &plan.Spec)
+	var outputs []api.InstructionOutput
+	var runErr error
+	if plan.Spec.AgentUpgrade != nil && r.opts.Upgrade != nil {
+		var note string
+		if note, runErr = r.opts.Upgrade(ctx, plan); runErr != nil {
+			outputs = []api.InstructionOutput{{Name: agentUpgradeOutput, ExitCode: -1, Output: truncate([]byte(runErr.Error()))}}
+		} else if note != "" {
+			outputs = []api.InstructionOutput{{Name: agentUpgradeOutput, Output: truncate([]byte(note))}}
+		}
+	}
+	if runErr == nil {
+		var more []api.InstructionOutput
+		more, runErr = r.opts.Executor.Apply(ctx, &plan.Spec)
+		outputs = append(outputs, more...)
+	}
 	var probers []Prober
 	for _, p := range plan.Spec.Probes {
 		probers = append(probers, r.opts.Executor.Prober(p))
@@ -326,6 +345,10 @@ func short(sum string) string {
 // filesOutput names the status entry that reports a file the agent could
 // not write; no instruction has run when it is there.
 const filesOutput = "files"
+
+// agentUpgradeOutput names the status entry that reports a failed agent
+// upgrade; no file was written and no instruction run when it is there.
+const agentUpgradeOutput = "agentUpgrade"
 
 // runPlan writes the files, then runs the instructions in order; the first
 // failing instruction stops the plan. Every failure's reason is in the

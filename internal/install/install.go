@@ -45,6 +45,42 @@ type Config struct {
 	// ServerBinary is the muster-server served as muster-server-<os>-<arch>,
 	// for installing more servers; default the running executable.
 	ServerBinary string
+	// AgentBinariesDir holds agent binaries by version, named
+	// muster-agent-<version>-<os>-<arch> (--agent-binaries-dir); each is
+	// served at /assets/agent/<version>/muster-agent-<os>-<arch>, for plans
+	// that upgrade agents (spec.agentUpgrade). Empty: none.
+	AgentBinariesDir string
+}
+
+// VersionedPrefix is where agent binaries are served by version:
+// /assets/agent/<version>/muster-agent-<os>-<arch>[.sha256].
+const VersionedPrefix = AssetsPrefix + "agent/"
+
+// maxVersionLen bounds a version in a path, as the plan's validation does.
+const maxVersionLen = 64
+
+// ValidVersion reports whether v may name an agent binary: 1-64 letters,
+// digits, '.', '_', '+', '-', starting with a letter or digit (so never
+// "." or ".." and never a path).
+func ValidVersion(v string) bool {
+	if v == "" || len(v) > maxVersionLen {
+		return false
+	}
+	for i, c := range v {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '+' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// VersionedAgentPath is the URL path of the agent binary of version for
+// goos/goarch.
+func VersionedAgentPath(version, goos, goarch string) string {
+	return VersionedPrefix + version + "/muster-agent-" + goos + "-" + goarch
 }
 
 // AgentBinary is the muster-agent the server hands out (install.sh, the
@@ -64,9 +100,11 @@ func AgentBinary(given string) string {
 // Handlers serves /install.sh and /assets/.
 type Handlers struct {
 	assets map[string]string // asset name → file
-	slots  chan struct{}
-	mu     sync.Mutex
-	sums   map[string]sum
+	// versionsDir is --agent-binaries-dir.
+	versionsDir string
+	slots       chan struct{}
+	mu          sync.Mutex
+	sums        map[string]sum
 }
 
 type sum struct {
@@ -91,6 +129,10 @@ func New(cfg Config) *Handlers {
 		assets: map[string]string{"muster-agent-" + platform: cfg.AgentBinary, "muster-server-" + platform: cfg.ServerBinary},
 		slots:  make(chan struct{}, maxDownloads),
 		sums:   map[string]sum{},
+	}
+	if cfg.AgentBinariesDir != "" {
+		h.versionsDir = cfg.AgentBinariesDir
+		go h.hashVersions()
 	}
 	if fi, err := os.Stat(cfg.AgentBinary); err != nil || !fi.Mode().IsRegular() {
 		klog.InfoS("No agent binary to serve at /assets/: install.sh cannot install agents until one is given with --agent-binary", "path", cfg.AgentBinary)
@@ -120,10 +162,39 @@ func (h *Handlers) asset(w http.ResponseWriter, r *http.Request) {
 	}
 	name := strings.TrimPrefix(r.URL.Path, AssetsPrefix)
 	name, wantSum := strings.CutSuffix(name, ".sha256")
-	path, ok := h.assets[name]
-	if !ok {
-		http.Error(w, fmt.Sprintf("this server has no asset %q; it serves %s", name, strings.Join(h.names(), ", ")), http.StatusNotFound)
-		return
+	var path, key string
+	if rest, versioned := strings.CutPrefix(r.URL.Path, VersionedPrefix); versioned {
+		rest = strings.TrimSuffix(rest, ".sha256")
+		version, file, ok := strings.Cut(rest, "/")
+		if !ValidVersion(version) {
+			http.Error(w, fmt.Sprintf("%q is not an agent version: a version is 1-%d letters, digits, '.', '_', '+' or '-', starting with a letter or digit; ask for /assets/agent/<version>/muster-agent-<os>-<arch>",
+				truncateName(version), maxVersionLen), http.StatusBadRequest)
+			return
+		}
+		goos, goarch, okPlatform := platformOf(file)
+		if !ok || !okPlatform {
+			http.Error(w, fmt.Sprintf("%q is not an agent binary: ask for /assets/agent/%s/muster-agent-<os>-<arch>, e.g. muster-agent-%s-%s",
+				truncateName(file), version, runtime.GOOS, runtime.GOARCH), http.StatusBadRequest)
+			return
+		}
+		if h.versionsDir == "" {
+			http.Error(w, "this server serves no agent binaries by version: start muster-server with --agent-binaries-dir DIR holding muster-agent-<version>-<os>-<arch> files", http.StatusNotFound)
+			return
+		}
+		name = file
+		key = "agent/" + version + "/" + file
+		path = filepath.Join(h.versionsDir, "muster-agent-"+version+"-"+goos+"-"+goarch)
+		if _, err := os.Stat(path); err != nil {
+			http.Error(w, fmt.Sprintf("this server has no muster-agent %s for %s/%s (%s is missing): put that build there, or name a version it has", version, goos, goarch, path), http.StatusNotFound)
+			return
+		}
+	} else {
+		var ok bool
+		if path, ok = h.assets[name]; !ok {
+			http.Error(w, fmt.Sprintf("this server has no asset %q; it serves %s and %s<version>/muster-agent-<os>-<arch>", name, strings.Join(h.names(), ", "), VersionedPrefix), http.StatusNotFound)
+			return
+		}
+		key = name
 	}
 	select {
 	case h.slots <- struct{}{}:
@@ -146,7 +217,7 @@ func (h *Handlers) asset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if wantSum {
-		hexSum, err := h.sha256(name, f, fi)
+		hexSum, err := h.sha256(key, f, fi)
 		if err != nil {
 			http.Error(w, fmt.Sprintf("reading %s: %v", path, err), http.StatusInternalServerError)
 			return
@@ -177,6 +248,74 @@ func (h *Handlers) sha256(name string, f *os.File, fi os.FileInfo) (string, erro
 	h.sums[name] = s
 	h.mu.Unlock()
 	return s.hex, nil
+}
+
+// platformOf parses muster-agent-<os>-<arch> into its os and arch, each a
+// plain lower-case word.
+func platformOf(file string) (string, string, bool) {
+	rest, ok := strings.CutPrefix(file, "muster-agent-")
+	if !ok {
+		return "", "", false
+	}
+	goos, goarch, ok := strings.Cut(rest, "-")
+	word := func(s string) bool {
+		if s == "" || len(s) > 16 {
+			return false
+		}
+		for _, c := range s {
+			if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+				return false
+			}
+		}
+		return true
+	}
+	return goos, goarch, ok && word(goos) && word(goarch)
+}
+
+func truncateName(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}
+
+// hashVersions hashes every binary of --agent-binaries-dir once at start,
+// so that the first .sha256 requests of a fleet-wide upgrade do not each
+// read tens of megabytes; sha256 hashes a file again when it changes.
+func (h *Handlers) hashVersions() {
+	entries, err := os.ReadDir(h.versionsDir)
+	if err != nil {
+		klog.InfoS("Cannot read --agent-binaries-dir: agent upgrades will fail to download until it is readable", "dir", h.versionsDir, "err", err)
+		return
+	}
+	n := 0
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), "muster-agent-")
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		// muster-agent-<version>-<os>-<arch>: os and arch are the last two words.
+		parts := strings.Split(rest, "-")
+		if len(parts) < 3 {
+			continue
+		}
+		version := strings.Join(parts[:len(parts)-2], "-")
+		file := "muster-agent-" + parts[len(parts)-2] + "-" + parts[len(parts)-1]
+		if !ValidVersion(version) {
+			continue
+		}
+		f, err := os.Open(filepath.Join(h.versionsDir, e.Name()))
+		if err != nil {
+			continue
+		}
+		if fi, err := f.Stat(); err == nil {
+			if _, err := h.sha256("agent/"+version+"/"+file, f, fi); err == nil {
+				n++
+			}
+		}
+		f.Close()
+	}
+	klog.InfoS("Agent binaries by version served at "+VersionedPrefix+"<version>/muster-agent-<os>-<arch>", "dir", h.versionsDir, "binaries", n)
 }
 
 func (h *Handlers) names() []string {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/muster-io/muster/internal/install"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
@@ -216,7 +217,39 @@ func validatePlanSpec(p *api.MachinePlan) field.ErrorList {
 			"file contents, paths, commands, arguments, environment and URLs together may be at most %d bytes (512 KiB): "+
 				"let the plan download large files instead", maxPlanTotalBytes)))
 	}
+	errs = append(errs, validateAgentUpgrade(p.Spec.AgentUpgrade, spec.Child("agentUpgrade"))...)
 	return append(errs, validateNonNegative(p.Spec.MaxFailures, spec.Child("maxFailures"))...)
+}
+
+// hexSHA256 is a SHA-256 in lower- or upper-case hex.
+var hexSHA256 = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+
+// ValidAgentVersion reports whether v may name an agent binary: 1-64 of
+// letters, digits, '.', '_', '+', '-', not starting with a punctuation mark
+// (so never "." or "..").
+// It is the check the server's /assets/agent/<version>/ applies, so that a
+// valid plan names a binary the server can serve.
+func ValidAgentVersion(v string) bool { return install.ValidVersion(v) }
+
+func validateAgentUpgrade(u *api.AgentUpgrade, fld *field.Path) field.ErrorList {
+	if u == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	switch {
+	case u.Version == "":
+		errs = append(errs, field.Required(fld.Child("version"), "the agent version to install, as named in the server's --agent-binaries-dir (muster-agent-<version>-<os>-<arch>)"))
+	case !ValidAgentVersion(u.Version):
+		errs = append(errs, field.Invalid(fld.Child("version"), u.Version,
+			"must be 1-64 letters, digits, '.', '_', '+' or '-', starting with a letter or digit"))
+	}
+	switch {
+	case u.Sha256 == "":
+		errs = append(errs, field.Required(fld.Child("sha256"), "the binary's SHA-256 in hex: read it from https://<server>/assets/agent/<version>/muster-agent-<os>-<arch>.sha256"))
+	case !hexSHA256.MatchString(u.Sha256):
+		errs = append(errs, field.Invalid(fld.Child("sha256"), u.Sha256, "must be a SHA-256 as 64 hex digits"))
+	}
+	return append(errs, validateTimeout(u.TimeoutSeconds, fld.Child("timeoutSeconds"))...)
 }
 
 // validatePlanPath accepts an absolute, clean path to a file the agent can

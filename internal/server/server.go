@@ -72,6 +72,9 @@ type Config struct {
 	// WithAgent also runs the agent of this server's own host.
 	AgentBinary string
 	WithAgent   bool
+	// AgentBinariesDir holds muster-agent-<version>-<os>-<arch> files,
+	// served at /assets/agent/<version>/ for plans with spec.agentUpgrade.
+	AgentBinariesDir string
 
 	// Machine pools: DriversDir holds executable drivers
 	// (muster-driver-NAME); the built-in "process" driver keeps its
@@ -231,7 +234,7 @@ func run(ctx context.Context, cfg Config) error {
 		MaxMutatingRequestsInFlight: cfg.MaxMutatingRequestsInFlight,
 		PeerHandlers:                map[string]http.Handler{lifecycle.ReportPath: liveness},
 		Delegation:                  &apiserver.Delegation{AuthenticationKubeconfig: cfg.AuthenticationKubeconfig, AuthorizationKubeconfig: cfg.AuthorizationKubeconfig},
-		PublicHandlers:              install.New(install.Config{AgentBinary: cfg.AgentBinary}).Paths(),
+		PublicHandlers:              install.New(install.Config{AgentBinary: cfg.AgentBinary, AgentBinariesDir: cfg.AgentBinariesDir}).Paths(),
 		Registrations:               joins.Storage,
 		EventTTL:                    cfg.EventTTL,
 		LastHeard:                   liveness.LastSeen,

@@ -25,6 +25,7 @@ import (
 
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
+		v1alpha1.AgentUpgrade{}.OpenAPIModelName():                   schema_pkg_apis_muster_v1alpha1_AgentUpgrade(ref),
 		v1alpha1.Cluster{}.OpenAPIModelName():                        schema_pkg_apis_muster_v1alpha1_Cluster(ref),
 		v1alpha1.ClusterList{}.OpenAPIModelName():                    schema_pkg_apis_muster_v1alpha1_ClusterList(ref),
 		v1alpha1.ClusterRegistration{}.OpenAPIModelName():            schema_pkg_apis_muster_v1alpha1_ClusterRegistration(ref),
@@ -383,6 +384,43 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		runtime.Unknown{}.OpenAPIModelName():                         schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
 		intstr.IntOrString{}.OpenAPIModelName():                      schema_apimachinery_pkg_util_intstr_IntOrString(ref),
 		version.Info{}.OpenAPIModelName():                            schema_k8sio_apimachinery_pkg_version_Info(ref),
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_AgentUpgrade(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AgentUpgrade names the muster-agent a plan installs.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"version": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Version is the agent version to run, as the server's --agent-binaries-dir names it (muster-agent-<version>-<os>-<arch>): letters, digits, '.', '_', '+', '-', at most 64 characters. An agent already at this version does nothing.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"sha256": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Sha256 is the hex SHA-256 (64 digits) of the binary for the machine's platform; the agent refuses a download with any other sum.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"timeoutSeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "TimeoutSeconds bounds how long the new agent has to check in before it puts the previous one back; 0 means the default of 120.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+				Required: []string{"version", "sha256"},
+			},
+		},
 	}
 }
 
@@ -2110,11 +2148,17 @@ func schema_pkg_apis_muster_v1alpha1_MachinePlanSpec(ref common.ReferenceCallbac
 							Format:      "int32",
 						},
 					},
+					"agentUpgrade": {
+						SchemaProps: spec.SchemaProps{
+							Description: "AgentUpgrade, when set, makes the agent replace itself with the muster-agent of the given version, downloaded from its server (/assets/agent/<version>/muster-agent-<os>-<arch>) and checked against the given SHA-256, before the plan's files and instructions. The plan succeeds once the new agent has checked in; a download, checksum or self-check failure fails it and leaves the running agent in place.",
+							Ref:         ref(v1alpha1.AgentUpgrade{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.PlanFile{}.OpenAPIModelName(), v1alpha1.PlanInstruction{}.OpenAPIModelName(), v1alpha1.PlanProbe{}.OpenAPIModelName()},
+			v1alpha1.AgentUpgrade{}.OpenAPIModelName(), v1alpha1.PlanFile{}.OpenAPIModelName(), v1alpha1.PlanInstruction{}.OpenAPIModelName(), v1alpha1.PlanProbe{}.OpenAPIModelName()},
 	}
 }
 

@@ -596,6 +596,29 @@ type MachinePlanSpec struct {
 	// and its machine, are Failed. Defaults to 3.
 	// +optional
 	MaxFailures int32 `json:"maxFailures,omitempty"`
+	// AgentUpgrade, when set, makes the agent replace itself with the muster-agent
+	// of the given version, downloaded from its server
+	// (/assets/agent/<version>/muster-agent-<os>-<arch>) and checked against
+	// the given SHA-256, before the plan's files and instructions. The plan
+	// succeeds once the new agent has checked in; a download, checksum or
+	// self-check failure fails it and leaves the running agent in place.
+	// +optional
+	AgentUpgrade *AgentUpgrade `json:"agentUpgrade,omitempty"`
+}
+
+// AgentUpgrade names the muster-agent a plan installs.
+type AgentUpgrade struct {
+	// Version is the agent version to run, as the server's --agent-binaries-dir
+	// names it (muster-agent-<version>-<os>-<arch>): letters, digits, '.', '_', '+', '-',
+	// at most 64 characters. An agent already at this version does nothing.
+	Version string `json:"version"`
+	// Sha256 is the hex SHA-256 (64 digits) of the binary for the machine's
+	// platform; the agent refuses a download with any other sum.
+	Sha256 string `json:"sha256"`
+	// TimeoutSeconds bounds how long the new agent has to check in before it
+	// puts the previous one back; 0 means the default of 120.
+	// +optional
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
 }
 
 // ChangesMachine reports whether applying the plan writes files or runs
@@ -603,7 +626,7 @@ type MachinePlanSpec struct {
 // recorded in-progress before it runs: it is the only kind a crash can
 // leave half done.
 func (s *MachinePlanSpec) ChangesMachine() bool {
-	return len(s.Files) > 0 || len(s.Instructions) > 0
+	return len(s.Files) > 0 || len(s.Instructions) > 0 || s.AgentUpgrade != nil
 }
 
 // PlanFile is one file the agent writes or deletes.

@@ -12,6 +12,11 @@ Licensed under the Apache License, Version 2.0.
 package v1alpha1
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in AgentUpgrade) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.AgentUpgrade"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in Cluster) OpenAPIModelName() string {
 	return "io.muster.v1alpha1.Cluster"
 }

@@ -1,0 +1,37 @@
+package registry
+
+import (
+	"strings"
+	"testing"
+
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
+
+func TestValidateAgentUpgrade(t *testing.T) {
+	sum := strings.Repeat("ab", 32)
+	for _, tc := range []struct {
+		name string
+		u    api.AgentUpgrade
+		want string // substring of the error, "" for valid
+	}{
+		{"valid", api.AgentUpgrade{Version: "v1.2.3+build-4_x", Sha256: sum}, ""},
+		{"no version", api.AgentUpgrade{Sha256: sum}, "spec.agentUpgrade.version: Required"},
+		{"traversal", api.AgentUpgrade{Version: "../etc", Sha256: sum}, "spec.agentUpgrade.version: Invalid"},
+		{"slash", api.AgentUpgrade{Version: "v1/x", Sha256: sum}, "spec.agentUpgrade.version: Invalid"},
+		{"too long", api.AgentUpgrade{Version: strings.Repeat("v", 65), Sha256: sum}, "spec.agentUpgrade.version: Invalid"},
+		{"no sha", api.AgentUpgrade{Version: "v2"}, "spec.agentUpgrade.sha256: Required"},
+		{"short sha", api.AgentUpgrade{Version: "v2", Sha256: "abc"}, "spec.agentUpgrade.sha256: Invalid"},
+		{"not hex", api.AgentUpgrade{Version: "v2", Sha256: strings.Repeat("zz", 32)}, "spec.agentUpgrade.sha256: Invalid"},
+		{"negative timeout", api.AgentUpgrade{Version: "v2", Sha256: sum, TimeoutSeconds: -1}, "spec.agentUpgrade.timeoutSeconds"},
+	} {
+		u := tc.u
+		errs := validatePlanSpec(&api.MachinePlan{Spec: api.MachinePlanSpec{AgentUpgrade: &u}})
+		got := errs.ToAggregate()
+		switch {
+		case tc.want == "" && got != nil:
+			t.Errorf("%s: unexpected error %v", tc.name, got)
+		case tc.want != "" && (got == nil || !strings.Contains(got.Error(), tc.want)):
+			t.Errorf("%s: error %v, want one containing %q", tc.name, got, tc.want)
+		}
+	}
+}
