@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/muster-io/muster/internal/planset"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
@@ -157,7 +158,18 @@ func rolloutPlanSet(t testing.TB, endpoint string, n int) rollout {
 	w.begin(planset.Revision(next.Spec.Template))
 	cpu0 := cpuSeconds(s.cmd.Process.Pid)
 	start := time.Now()
-	cur, err = c.MusterV1alpha1().MachinePlanSets().Update(ctx, cur, metav1.UpdateOptions{})
+	// The controller writes the set's status meanwhile, which moves its
+	// resourceVersion: retry the same change on a conflict, as kubectl
+	// edit would have the user do.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		latest, err := c.MusterV1alpha1().MachinePlanSets().Get(ctx, rolloutSet, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		latest.Spec.Template = next.Spec.Template
+		cur, err = c.MusterV1alpha1().MachinePlanSets().Update(ctx, latest, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
