@@ -185,7 +185,9 @@ func (h *Handlers) asset(w http.ResponseWriter, r *http.Request) {
 		key = "agent/" + version + "/" + file
 		path = filepath.Join(h.versionsDir, "muster-agent-"+version+"-"+goos+"-"+goarch)
 		if _, err := os.Stat(path); err != nil {
-			http.Error(w, fmt.Sprintf("this server has no muster-agent %s for %s/%s (%s is missing): put that build there, or name a version it has", version, goos, goarch, path), http.StatusNotFound)
+			// The path is for the operator's log: these answers are public.
+			klog.InfoS("Agent binary asked for is missing", "version", version, "os", goos, "arch", goarch, "path", path)
+			http.Error(w, fmt.Sprintf("this server has no muster-agent %s for %s/%s: its operator puts that build in --agent-binaries-dir (the server's log names the file it looked for), or ask for a version it has", version, goos, goarch), http.StatusNotFound)
 			return
 		}
 	} else {
@@ -206,14 +208,16 @@ func (h *Handlers) asset(w http.ResponseWriter, r *http.Request) {
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		http.Error(w, fmt.Sprintf("%s is not available on this server (%s is missing): start muster-server with --agent-binary pointing at a muster-agent built for %s/%s",
-			name, path, runtime.GOOS, runtime.GOARCH), http.StatusNotFound)
+		klog.InfoS("Asset asked for is missing", "asset", name, "path", path)
+		http.Error(w, fmt.Sprintf("%s is not available on this server: its operator starts muster-server with --agent-binary pointing at a muster-agent built for %s/%s (the server's log names the file it looked for)",
+			name, runtime.GOOS, runtime.GOARCH), http.StatusNotFound)
 		return
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil || !fi.Mode().IsRegular() {
-		http.Error(w, fmt.Sprintf("%s is not a regular file on this server", path), http.StatusNotFound)
+		klog.InfoS("Asset is not a regular file", "asset", name, "path", path)
+		http.Error(w, fmt.Sprintf("%s is not available on this server: the file it would serve is not a regular file (the server's log names it)", name), http.StatusNotFound)
 		return
 	}
 	if wantSum {
