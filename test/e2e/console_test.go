@@ -167,9 +167,10 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	if err != nil {
 		t.Fatalf("screenshot %s: %v", name, err)
 	}
+	// go test -artifacts keeps them; make screenshots names the directory.
 	dir := os.Getenv("MUSTER_SCREENSHOT_DIR")
 	if dir == "" {
-		dir = filepath.Join(os.TempDir(), "muster-console-screenshots")
+		dir = t.ArtifactDir()
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
