@@ -17,6 +17,9 @@ import (
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
 // The payloads an agent or a user could write into names, annotations and
@@ -28,7 +31,7 @@ const (
 
 // chromiumPath finds Debian's chromium; the console test fails (never
 // skips) without it.
-func chromiumPath(t *testing.T) string {
+func chromiumPath(t testing.TB) string {
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
@@ -41,7 +44,7 @@ func chromiumPath(t *testing.T) string {
 // servingSPKI is the base64 SHA-256 of the server certificate's public
 // key: chromium is told to trust that one key (--ignore-certificate-errors-spki-list),
 // not to ignore certificate errors at large.
-func servingSPKI(t *testing.T, s *server) string {
+func servingSPKI(t testing.TB, s *server) string {
 	b, err := os.ReadFile(filepath.Join(s.dataDir, "tls", "serving.crt"))
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +59,7 @@ func servingSPKI(t *testing.T, s *server) string {
 }
 
 // browser starts a headless chromium for s at 1280x800.
-func browser(t *testing.T, s *server) context.Context {
+func browser(t testing.TB, s *server) context.Context {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromiumPath(t)),
 		chromedp.Flag("headless", true),
@@ -101,7 +104,7 @@ func consoleToken(t *testing.T, s *server, user, group string) string {
 	return ""
 }
 
-func run(t *testing.T, ctx context.Context, what string, timeout time.Duration, steps ...chromedp.Action[chromedp.Void]) {
+func run(t testing.TB, ctx context.Context, what string, timeout time.Duration, steps ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
 	c, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -326,4 +329,62 @@ spec:
 	if !eval[bool](t, ctx, `window.__pwned === undefined`) {
 		t.Error("window.__pwned was set during the test")
 	}
+}
+
+// BenchmarkConsoleFleet: how long the fleet page takes, in a real
+// chromium, from navigation to every machine counted and the first rows
+// drawn, with MUSTER_CONSOLE_MACHINES (default 5000) simulated machines.
+// `make bench` runs it; it asserts nothing about speed.
+func BenchmarkConsoleFleet(b *testing.B) {
+	n := 5000
+	if v := os.Getenv("MUSTER_CONSOLE_MACHINES"); v != "" {
+		fmt.Sscan(v, &n)
+	}
+	s := startServer(b, "")
+	c := adminClient(b, s)
+	if _, err := c.MusterV1alpha1().Clusters().Create(context.Background(), &api.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "simulated"}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	token, err := s.musterErr("token", "create", "--cluster", "simulated")
+	if err != nil {
+		b.Fatalf("token create: %v\n%s", err, token)
+	}
+	token = strings.TrimSpace(token)
+	sim := runAgentBinary(b, "simulate", "--server", s.url(), "--token", token, "--count", fmt.Sprint(n), "--concurrency", "200")
+	sim.waitOutput(fmt.Sprintf("simulate: joined %d/%d", n, n), 10*time.Minute)
+	viewer := ""
+	out, err := s.musterErr("console-token", "--user", "bench", "--group", "muster:viewers")
+	if err != nil {
+		b.Fatalf("console-token: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "mct_") {
+			viewer = strings.TrimSpace(line)
+		}
+	}
+	ctx := browser(b, s)
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		c, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		if err := chromedp.Do(c, steps...); err != nil {
+			b.Fatalf("%s: %v", what, err)
+		}
+	}
+	do("sign in", chromedp.Navigate(s.url()+"/console/"), chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), viewer), chromedp.Click(chromedp.CSS(`#signin button[type=submit]`)),
+		chromedp.WaitVisible(chromedp.ID("signout")))
+	// b.Loop runs this function once, so the fleet is set up once.
+	var total time.Duration
+	loads := 0
+	for b.Loop() {
+		start := time.Now()
+		do("load the fleet page", chromedp.Navigate(s.url()+"/console/?"+fmt.Sprint(loads)+"#/"),
+			chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#view[data-loaded="%d"] .row`, n))))
+		total += time.Since(start)
+		loads++
+	}
+	b.ReportMetric(float64(total.Milliseconds())/float64(loads), "ms/load")
+	rows, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('.row').length`))
+	b.ReportMetric(float64(rows), "rows-in-DOM")
+	b.Logf("fleet page with %d machines: %s per load (%d loads), %d rows in the DOM", n, (total / time.Duration(loads)).Round(time.Millisecond), loads, rows)
 }

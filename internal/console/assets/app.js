@@ -185,10 +185,18 @@ function ago(ts) {
 
 function phaseOf(m) { return (m.status && m.status.phase) || 'Pending'; }
 
+// cards shows counts, the largest first, at most MAX_CARDS of them (a
+// fleet of one-machine clusters would otherwise be thousands of cards).
+const MAX_CARDS = 12;
 function cards(title, counts, id) {
   const box = el('div', { class: 'cards', id });
-  for (const [k, n] of [...counts.entries()].sort()) {
+  const all = [...counts.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1));
+  for (const [k, n] of all.slice(0, MAX_CARDS)) {
     box.append(el('div', { class: 'card' }, el('div', { class: 'n', text: String(n) }), el('div', { class: 'k', text: k })));
+  }
+  if (all.length > MAX_CARDS) {
+    const rest = all.slice(MAX_CARDS).reduce((s, [, n]) => s + n, 0);
+    box.append(el('div', { class: 'card' }, el('div', { class: 'n', text: String(rest) }), el('div', { class: 'k', text: 'in ' + (all.length - MAX_CARDS) + ' more' })));
   }
   return [el('h2', { text: title }), box];
 }
