@@ -108,7 +108,7 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.StringVar(&cfg.SnapshotDir, "snapshot-dir", "", "directory of the scheduled snapshots, files mode 0600 (default: snapshots in --data-dir)")
 	fl.IntVar(&cfg.SnapshotRetention, "snapshot-retention", 5, "how many scheduled snapshots to keep, the newest")
 
-	cmd.AddCommand(newManifestsCommand(&cfg), newHistoryCommand(&cfg), newDatastoreCommand(&cfg), newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg), version.Command("muster-server"))
+	cmd.AddCommand(newManifestsCommand(&cfg), newHistoryCommand(&cfg), newDatastoreCommand(&cfg), newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg), newConsoleTokenCommand(&cfg), version.Command("muster-server"))
 	return cmd
 }
 

@@ -15,17 +15,21 @@ import (
 
 // newAuthenticator accepts, in order: client certificates signed by the
 // cluster CA (CN is the user, O the groups), bearer tokens that tokens
-// recognises (join tokens), and anonymous requests only on the public paths,
+// recognises (join tokens), console sessions (a cookie with the console's
+// header), and anonymous requests only on the public paths,
 // so that an unauthenticated request anywhere else is a 401, not a 403.
 // Extra public paths (publicPrefixes: exact, or a prefix when they end in
 // "/") are anonymous too.
-func newAuthenticator(clientCA dynamiccertificates.CAContentProvider, tokens authenticator.Token, publicPrefixes []string) authenticator.Request {
+func newAuthenticator(clientCA dynamiccertificates.CAContentProvider, tokens authenticator.Token, sessions authenticator.Request, publicPrefixes []string) authenticator.Request {
 	authenticators := []authenticator.Request{
 		newCachedCertAuthenticator(clientCA.VerifyOptions,
 			x509request.NewDynamic(clientCA.VerifyOptions, x509request.CommonNameUserConversion)),
 	}
 	if tokens != nil {
 		authenticators = append(authenticators, bearertoken.New(tokens))
+	}
+	if sessions != nil {
+		authenticators = append(authenticators, sessions)
 	}
 	var conditions []apiserverapi.AnonymousAuthCondition
 	for _, p := range publicPaths {

@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -44,6 +45,9 @@ type Authorizer struct {
 	// PublicPaths are more non-resource paths anyone may GET (the install
 	// script and the binaries it downloads); one ending in "/" is a prefix.
 	PublicPaths []string
+	// PublicWritePaths are exact paths anyone may also POST to and DELETE
+	// (the console's sign-in and sign-out; the handler judges the token).
+	PublicWritePaths []string
 }
 
 // Authorize implements authorizer.Authorizer.
@@ -56,6 +60,10 @@ func (a Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) 
 		}
 	}
 	if !attrs.IsResourceRequest() && attrs.GetVerb() == "get" && (isPublicPath(attrs.GetPath()) || a.isPublic(attrs.GetPath())) {
+		return authorizer.DecisionAllow, "", nil
+	}
+	if !attrs.IsResourceRequest() && slices.Contains(a.PublicWritePaths, attrs.GetPath()) &&
+		slices.Contains([]string{"get", "post", "delete"}, attrs.GetVerb()) {
 		return authorizer.DecisionAllow, "", nil
 	}
 	if !attrs.IsResourceRequest() && attrs.GetVerb() == "get" && caller.IsServer(attrs.GetUser()) {

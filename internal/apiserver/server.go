@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
@@ -90,6 +91,12 @@ type Config struct {
 	// /cacerts (the install script and its binaries); a path ending in "/"
 	// is a prefix.
 	PublicHandlers map[string]http.Handler
+	// PublicWritePaths are public paths anyone may also POST and DELETE
+	// to (the console's sign-in: the handler checks the credential).
+	PublicWritePaths []string
+	// Sessions, if set, authenticates browser sessions (the web console's
+	// cookie, only on requests that carry its CSRF header).
+	Sessions authenticator.Request
 	// Registrations builds the clusterregistrations resource on the
 	// registry's store of that kind (the join, internal/join); nil serves
 	// the plain store.
@@ -213,7 +220,7 @@ func New(cfg Config) (*Server, error) {
 	for path := range cfg.PublicHandlers {
 		publicPaths = append(publicPaths, path)
 	}
-	rc.Authentication.Authenticator = newAuthenticator(clientCA, cfg.Tokens, publicPaths)
+	rc.Authentication.Authenticator = newAuthenticator(clientCA, cfg.Tokens, cfg.Sessions, publicPaths)
 	peerPaths := make([]string, 0, len(cfg.PeerHandlers))
 	for path := range cfg.PeerHandlers {
 		peerPaths = append(peerPaths, path)
@@ -227,7 +234,7 @@ func New(cfg Config) (*Server, error) {
 		rc.Authentication.Authenticator = authn
 		rules = append(rules, delegate(authz))
 	}
-	rc.Authorization.Authorizer = authorizer.AuthorizerFunc(Authorizer{Rules: rules, PeerPaths: peerPaths, PublicPaths: publicPaths}.Authorize)
+	rc.Authorization.Authorizer = authorizer.AuthorizerFunc(Authorizer{Rules: rules, PeerPaths: peerPaths, PublicPaths: publicPaths, PublicWritePaths: cfg.PublicWritePaths}.Authorize)
 	// The loopback client (controllers inside this process) authenticates as a
 	// privileged user with a random token that never leaves the process.
 	genericapiserver.AuthorizeClientBearerToken(rc.LoopbackClientConfig, &rc.Authentication, &rc.Authorization)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
+	"github.com/muster-io/muster/internal/console"
 	"github.com/muster-io/muster/internal/driver"
 	"github.com/muster-io/muster/internal/events"
 	"github.com/muster-io/muster/internal/history"
@@ -199,6 +200,15 @@ func run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
+	consoleClient, err := ds.Client()
+	if err != nil {
+		return fmt.Errorf("connecting the console's token store to the datastore: %w", err)
+	}
+	defer consoleClient.Close()
+	webConsole := console.New(console.EtcdTokens{Client: consoleClient})
+	public := install.New(install.Config{AgentBinary: cfg.AgentBinary, AgentBinariesDir: cfg.AgentBinariesDir}).Paths()
+	public[console.Prefix] = webConsole
+
 	joins := join.New(join.Config{CA: state.CA, Validity: cfg.AgentCertificateValidity, TokenJoinRate: cfg.JoinRate, TokenJoinBurst: cfg.JoinBurst})
 	recorder := events.NewRecorder(self)
 	tokens := apiserver.NewTokenAuthenticator()
@@ -234,7 +244,9 @@ func run(ctx context.Context, cfg Config) error {
 		MaxMutatingRequestsInFlight: cfg.MaxMutatingRequestsInFlight,
 		PeerHandlers:                map[string]http.Handler{lifecycle.ReportPath: liveness},
 		Delegation:                  &apiserver.Delegation{AuthenticationKubeconfig: cfg.AuthenticationKubeconfig, AuthorizationKubeconfig: cfg.AuthorizationKubeconfig},
-		PublicHandlers:              install.New(install.Config{AgentBinary: cfg.AgentBinary, AgentBinariesDir: cfg.AgentBinariesDir}).Paths(),
+		PublicHandlers:              public,
+		PublicWritePaths:            []string{console.SessionPath},
+		Sessions:                    webConsole.Sessions,
 		Registrations:               joins.Storage,
 		EventTTL:                    cfg.EventTTL,
 		LastHeard:                   liveness.LastSeen,

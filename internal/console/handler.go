@@ -1,0 +1,223 @@
+package console
+
+import (
+	"embed"
+	"encoding/json"
+	"io"
+	"io/fs"
+	"net/http"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/klog/v2"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// Paths under which the console is served.
+const (
+	Prefix      = "/console/"
+	SessionPath = "/console/session"
+	// TokensPath mints console tokens; only administrators reach it (the
+	// API's authorizer denies it to everyone else).
+	TokensPath = "/console/tokens"
+)
+
+// CSP allows nothing but this server's own files: no inline script or
+// style, no other origin, no framing.
+const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+
+// Console serves the console's pages and its session endpoints.
+type Console struct {
+	Tokens   TokenStore
+	Sessions *Sessions
+	Now      func() time.Time
+}
+
+// New returns a console on a token store.
+func New(tokens TokenStore) *Console {
+	return &Console{Tokens: tokens, Sessions: NewSessions(), Now: time.Now}
+}
+
+func secure(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", CSP)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Cache-Control", "no-store")
+}
+
+func fail(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"message": msg})
+}
+
+// ServeHTTP implements http.Handler.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	secure(w)
+	switch r.URL.Path {
+	case SessionPath:
+		c.session(w, r)
+		return
+	case TokensPath:
+		c.mint(w, r)
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		fail(w, http.StatusMethodNotAllowed, "the console's pages are read with GET")
+		return
+	}
+	name := strings.TrimPrefix(path.Clean(r.URL.Path), "/console")
+	name = strings.TrimPrefix(name, "/")
+	if name == "" {
+		name = "index.html"
+	}
+	b, err := fs.ReadFile(assets, "assets/"+name)
+	if err != nil {
+		fail(w, http.StatusNotFound, "no such console page: the console starts at /console/")
+		return
+	}
+	switch path.Ext(name) {
+	case ".html":
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	case ".js":
+		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+	case ".css":
+		w.Header().Set("Content-Type", "text/css; charset=utf-8")
+	default:
+		w.Header().Set("Content-Type", "application/octet-stream")
+	}
+	if path.Ext(name) != ".html" {
+		// Assets change only with the binary; the HTML stays no-store.
+		w.Header().Set("Cache-Control", "no-cache")
+	}
+	_, _ = w.Write(b)
+}
+
+type sessionRequest struct {
+	Token string `json:"token"`
+}
+
+type sessionResponse struct {
+	User    string    `json:"user"`
+	Groups  []string  `json:"groups"`
+	Expires time.Time `json:"expires"`
+}
+
+func (c *Console) cookie(value string, expires time.Time) *http.Cookie {
+	ck := &http.Cookie{Name: CookieName, Value: value, Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode}
+	if expires.IsZero() {
+		ck.MaxAge = -1
+	} else {
+		ck.Expires = expires
+	}
+	return ck
+}
+
+// session signs in (POST, the token in a JSON body, never in the URL),
+// tells who is signed in (GET) and signs out (DELETE). Each needs the
+// console header, so no other site can sign a browser in or out.
+func (c *Console) session(w http.ResponseWriter, r *http.Request) {
+	if !HasHeader(r) {
+		fail(w, http.StatusForbidden, "console requests must carry the header "+Header+": 1 (the console's pages send it; other sites cannot)")
+		return
+	}
+	switch r.Method {
+	case http.MethodPost:
+		var req sessionRequest
+		if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil {
+			fail(w, http.StatusBadRequest, `the sign-in body is JSON {"token": "mct_..."}: `+err.Error())
+			return
+		}
+		rec, err := Check(r.Context(), c.Tokens, req.Token, c.Now())
+		if err != nil {
+			code := http.StatusUnauthorized
+			if strings.Contains(err.Error(), "datastore") {
+				code = http.StatusServiceUnavailable
+			}
+			klog.InfoS("Console sign-in refused", "remote", r.RemoteAddr, "reason", err.Error())
+			fail(w, code, err.Error())
+			return
+		}
+		id := c.Sessions.Create(Session{User: rec.User, Groups: rec.Groups, Expires: rec.Expires})
+		http.SetCookie(w, c.cookie(id, rec.Expires))
+		klog.InfoS("Console sign-in", "user", rec.User, "groups", rec.Groups, "expires", rec.Expires)
+		writeJSON(w, sessionResponse{User: rec.User, Groups: rec.Groups, Expires: rec.Expires})
+	case http.MethodGet:
+		ck, err := r.Cookie(CookieName)
+		sess, ok := Session{}, false
+		if err == nil {
+			sess, ok = c.Sessions.Get(ck.Value)
+		}
+		if !ok {
+			fail(w, http.StatusUnauthorized, "not signed in, or the session has expired: sign in with a console token")
+			return
+		}
+		writeJSON(w, sessionResponse{User: sess.User, Groups: sess.Groups, Expires: sess.Expires})
+	case http.MethodDelete:
+		if ck, err := r.Cookie(CookieName); err == nil {
+			c.Sessions.Delete(ck.Value)
+		}
+		http.SetCookie(w, c.cookie("", time.Time{}))
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		fail(w, http.StatusMethodNotAllowed, "the session is read (GET), started (POST) or ended (DELETE)")
+	}
+}
+
+type mintRequest struct {
+	User   string   `json:"user"`
+	Groups []string `json:"groups"`
+	TTL    string   `json:"ttl"`
+}
+
+// MintResponse is what TokensPath answers: the token, shown once.
+type MintResponse struct {
+	Token   string    `json:"token"`
+	User    string    `json:"user"`
+	Groups  []string  `json:"groups"`
+	Expires time.Time `json:"expires"`
+}
+
+// mint creates a console token. The API's authorizer lets only
+// administrators reach this path; the check here is a second lock.
+func (c *Console) mint(w http.ResponseWriter, r *http.Request) {
+	u, ok := request.UserFrom(r.Context())
+	if !ok || !slices.Contains(u.GetGroups(), user.SystemPrivilegedGroup) {
+		fail(w, http.StatusForbidden, "only administrators (group system:masters) mint console tokens: run 'muster-server console-token' with the admin kubeconfig")
+		return
+	}
+	if r.Method != http.MethodPost {
+		fail(w, http.StatusMethodNotAllowed, "console tokens are minted with POST")
+		return
+	}
+	var req mintRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 16384)).Decode(&req); err != nil {
+		fail(w, http.StatusBadRequest, `the body is JSON {"user": NAME, "groups": [...], "ttl": "8h"}: `+err.Error())
+		return
+	}
+	ttl, err := time.ParseDuration(req.TTL)
+	if err != nil {
+		fail(w, http.StatusBadRequest, "ttl "+req.TTL+" is not a duration: give e.g. 8h")
+		return
+	}
+	t, exp, err := Mint(r.Context(), c.Tokens, req.User, req.Groups, ttl, c.Now())
+	if err != nil {
+		fail(w, http.StatusUnprocessableEntity, err.Error())
+		return
+	}
+	klog.InfoS("Console token minted", "id", t.ID, "user", req.User, "groups", req.Groups, "expires", exp, "by", u.GetName())
+	writeJSON(w, MintResponse{Token: t.String(), User: req.User, Groups: req.Groups, Expires: exp})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
