@@ -56,17 +56,38 @@ type Controller struct {
 	client   versioned.Interface
 	store    Store
 	machines listers.MachineLister
-	plans    listers.MachinePlanLister
-	clusters listers.ClusterLister
-	sets     listers.MachinePlanSetLister
-	tracker  *Tracker
-	silence  time.Duration
-	queue    workqueue.TypedRateLimitingInterface[string]
-	clusterQ workqueue.TypedRateLimitingInterface[string]
-	synced   []cache.InformerSynced
-	now      func() time.Time
+	// byCluster indexes the machine cache by spec.cluster: a cluster's
+	// count reads its own machines, not the whole fleet (with a cluster
+	// per agent, listing every machine per cluster was quadratic: 5,000
+	// agents kept the server at 1.4 cores for minutes after they joined).
+	byCluster cache.Indexer
+	plans     listers.MachinePlanLister
+	clusters  listers.ClusterLister
+	sets      listers.MachinePlanSetLister
+	tracker   *Tracker
+	silence   time.Duration
+	queue     workqueue.TypedRateLimitingInterface[string]
+	clusterQ  workqueue.TypedRateLimitingInterface[string]
+	synced    []cache.InformerSynced
+	now       func() time.Time
 	// events records transitions and plan failures on the Machine.
 	events record.EventRecorder
+}
+
+// machinesByCluster indexes Machines by the cluster they belong to.
+const machinesByCluster = "spec.cluster"
+
+// indexMachinesByCluster adds the index once (informers are shared).
+func indexMachinesByCluster(inf cache.SharedIndexInformer) error {
+	if _, ok := inf.GetIndexer().GetIndexers()[machinesByCluster]; ok {
+		return nil
+	}
+	return inf.AddIndexers(cache.Indexers{machinesByCluster: func(obj interface{}) ([]string, error) {
+		if m, ok := obj.(*api.Machine); ok {
+			return []string{m.Spec.Cluster}, nil
+		}
+		return nil, nil
+	}})
 }
 
 // NewController wires the controller to its informers.
@@ -78,12 +99,17 @@ func NewController(client versioned.Interface, store Store, factory informers.Sh
 	}
 	c := &Controller{
 		client: client, store: store, machines: v.Machines().Lister(), plans: v.MachinePlans().Lister(), clusters: v.Clusters().Lister(),
-		sets: v.MachinePlanSets().Lister(),
+		sets:    v.MachinePlanSets().Lister(),
 		tracker: tracker, silence: silence, now: time.Now, events: events,
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		clusterQ: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		synced:   []cache.InformerSynced{v.Machines().Informer().HasSynced, v.MachinePlans().Informer().HasSynced, v.Clusters().Informer().HasSynced, v.MachinePlanSets().Informer().HasSynced},
 	}
+	if err := indexMachinesByCluster(v.Machines().Informer()); err != nil {
+		// Only an informer already started refuses an index: a wiring bug.
+		panic(err)
+	}
+	c.byCluster = v.Machines().Informer().GetIndexer()
 	byName := func(obj interface{}) {
 		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 			c.queue.Add(key)
@@ -515,14 +541,15 @@ func (c *Controller) syncCluster(ctx context.Context, name string) error {
 		_, err := c.client.MusterV1alpha1().Clusters().Update(ctx, next, metav1.UpdateOptions{})
 		return err
 	}
-	ms, err := c.machines.List(labels.Everything())
+	ms, err := c.byCluster.ByIndex(machinesByCluster, name)
 	if err != nil {
 		return err
 	}
 	var total, ready int32
 	checkedIn, degraded := false, false
-	for _, m := range ms {
-		if m.Spec.Cluster != name {
+	for _, o := range ms {
+		m, ok := o.(*api.Machine)
+		if !ok || m.Spec.Cluster != name {
 			continue
 		}
 		total++
