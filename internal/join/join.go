@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -18,6 +17,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/muster-io/muster/internal/pki"
+	"github.com/muster-io/muster/internal/ratelimit"
 	"github.com/muster-io/muster/internal/registry"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
@@ -32,8 +32,7 @@ const (
 	DefaultTokenJoinBurst = 1000
 	machineRenewRate      = rate.Limit(1.0 / 10) // one renewal every 10 s per machine
 	machineRenewBurst     = 5
-	// maxLimiters bounds the rate-limiter table; limiters idle for a
-	// minute are full again and are forgotten.
+	// maxLimiters bounds the rate-limiter table (internal/ratelimit).
 	maxLimiters = 100000
 )
 
@@ -55,13 +54,7 @@ type Join struct {
 	objects *registry.Objects
 	grants  *Granter
 
-	limitMu  sync.Mutex
-	limiters map[string]*limiter
-}
-
-type limiter struct {
-	*rate.Limiter
-	used time.Time
+	limits *ratelimit.Keyed
 }
 
 // New returns the join; Storage binds it to the registry.
@@ -75,7 +68,7 @@ func New(cfg Config) *Join {
 	if cfg.Validity == 0 {
 		cfg.Validity = DefaultCertificateValidity
 	}
-	return &Join{cfg: cfg, limiters: map[string]*limiter{}}
+	return &Join{cfg: cfg, limits: ratelimit.NewKeyed(maxLimiters)}
 }
 
 // Storage is the clusterregistrations resource, built on the registry's
@@ -118,27 +111,7 @@ func (j *Join) checkRate(reg *api.ClusterRegistration) error {
 	default:
 		return nil // an administrator
 	}
-	now := time.Now()
-	j.limitMu.Lock()
-	l := j.limiters[key]
-	if l == nil {
-		if len(j.limiters) >= maxLimiters {
-			for k, old := range j.limiters {
-				if now.Sub(old.used) > time.Minute {
-					delete(j.limiters, k)
-				}
-			}
-		}
-		l = &limiter{Limiter: rate.NewLimiter(r, burst)}
-		j.limiters[key] = l
-	}
-	l.used = now
-	res := l.ReserveN(now, 1)
-	delay := res.DelayFrom(now)
-	if delay > 0 {
-		res.CancelAt(now)
-	}
-	j.limitMu.Unlock()
+	delay := j.limits.Take(key, r, burst)
 	if delay <= 0 {
 		return nil
 	}
