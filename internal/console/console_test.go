@@ -10,24 +10,24 @@ import (
 	"time"
 )
 
-type memTokens struct {
+type memStore struct {
 	mu sync.Mutex
 	m  map[string]Record
 }
 
-func (s *memTokens) Put(_ context.Context, id string, r Record) error {
+func (s *memStore) Put(_ context.Context, id string, r Record) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.m[id] = r
 	return nil
 }
-func (s *memTokens) Get(_ context.Context, id string) (Record, bool, error) {
+func (s *memStore) Get(_ context.Context, id string) (Record, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.m[id]
 	return r, ok, nil
 }
-func (s *memTokens) Delete(_ context.Context, id string) error {
+func (s *memStore) Delete(_ context.Context, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.m, id)
@@ -56,7 +56,7 @@ func TestParseToken(t *testing.T) {
 }
 
 func TestMintAndCheck(t *testing.T) {
-	store := &memTokens{m: map[string]Record{}}
+	store := &memStore{m: map[string]Record{}}
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	tok, exp, err := Mint(context.Background(), store, "alice", []string{"muster:viewers"}, time.Hour, now)
 	if err != nil {
@@ -105,12 +105,20 @@ func TestMintAndCheck(t *testing.T) {
 }
 
 func TestSessionAuthenticator(t *testing.T) {
-	s := NewSessions()
+	ctx := context.Background()
+	s := NewSessions(&memStore{m: map[string]Record{}})
 	now := time.Now()
-	s.now = func() time.Time { return now }
-	live := s.Create(Session{User: "bob", Groups: []string{"muster:operators"}, Expires: now.Add(time.Hour)})
-	old := s.Create(Session{User: "eve", Expires: now.Add(time.Minute)})
+	s.Now = func() time.Time { return now }
+	live, err := s.Create(ctx, Session{User: "bob", Groups: []string{"muster:operators"}, Expires: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := s.Create(ctx, Session{User: "eve", Expires: now.Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	now = now.Add(2 * time.Minute)
+	id, _, _ := strings.Cut(live, ".")
 	for _, tc := range []struct {
 		name   string
 		cookie string
@@ -121,7 +129,9 @@ func TestSessionAuthenticator(t *testing.T) {
 		{"cookie without header (cross-site)", live, "", ""},
 		{"cookie with a wrong header value", live, "true", ""},
 		{"header without cookie", "", "1", ""},
-		{"unknown session", strings.Repeat("a", 64), "1", ""},
+		{"unknown session", strings.Repeat("a", 16) + "." + strings.Repeat("b", 64), "1", ""},
+		{"a live session's id with a wrong secret", id + "." + strings.Repeat("b", 64), "1", ""},
+		{"not a session cookie", strings.Repeat("a", 64), "1", ""},
 		{"expired session", old, "1", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -145,15 +155,17 @@ func TestSessionAuthenticator(t *testing.T) {
 			}
 		})
 	}
-	s.Delete(live)
-	if _, ok := s.Get(live); ok {
+	if err := s.Delete(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := s.Get(ctx, live); ok {
 		t.Error("a deleted session still authenticates")
 	}
 }
 
 func TestSessionEndpoint(t *testing.T) {
-	store := &memTokens{m: map[string]Record{}}
-	c := New(store)
+	store := &memStore{m: map[string]Record{}}
+	c := New(store, &memStore{m: map[string]Record{}})
 	tok, _, err := Mint(context.Background(), store, "alice", []string{"muster:viewers"}, time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +220,7 @@ func TestSessionEndpoint(t *testing.T) {
 }
 
 func TestAssetsAndHeaders(t *testing.T) {
-	c := New(&memTokens{m: map[string]Record{}})
+	c := New(&memStore{m: map[string]Record{}}, &memStore{m: map[string]Record{}})
 	for _, tc := range []struct {
 		path, ctype string
 		code        int
@@ -236,7 +248,7 @@ func TestAssetsAndHeaders(t *testing.T) {
 }
 
 func TestMintNeedsAdmin(t *testing.T) {
-	c := New(&memTokens{m: map[string]Record{}})
+	c := New(&memStore{m: map[string]Record{}}, &memStore{m: map[string]Record{}})
 	w := httptest.NewRecorder()
 	c.ServeHTTP(w, httptest.NewRequest("POST", TokensPath, strings.NewReader(`{"user":"x","ttl":"1h"}`)))
 	if w.Code != http.StatusForbidden {

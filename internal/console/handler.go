@@ -3,14 +3,18 @@ package console
 import (
 	"embed"
 	"encoding/json"
+	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"net/http"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/klog/v2"
@@ -34,14 +38,21 @@ const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 's
 
 // Console serves the console's pages and its session endpoints.
 type Console struct {
-	Tokens   TokenStore
+	Tokens   Store
 	Sessions *Sessions
 	Now      func() time.Time
 }
 
-// New returns a console on a token store.
-func New(tokens TokenStore) *Console {
-	return &Console{Tokens: tokens, Sessions: NewSessions(), Now: time.Now}
+// New returns a console keeping tokens and sessions in their stores.
+func New(tokens, sessions Store) *Console {
+	return &Console{Tokens: tokens, Sessions: NewSessions(sessions), Now: time.Now}
+}
+
+// OnDatastore is the console of a server whose datastore client is c:
+// every server of an HA set on that datastore shares its tokens and
+// sessions.
+func OnDatastore(c *clientv3.Client) *Console {
+	return New(EtcdStore{Client: c, Prefix: TokenKeyPrefix}, EtcdStore{Client: c, Prefix: SessionKeyPrefix})
 }
 
 func secure(w http.ResponseWriter) {
@@ -131,6 +142,13 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.Method {
 	case http.MethodPost:
+		if wait := c.Sessions.allowSignIn(r); wait > 0 {
+			secs := int(math.Ceil(wait.Seconds()))
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
+			klog.InfoS("Console sign-in refused: too many attempts", "remote", r.RemoteAddr)
+			fail(w, http.StatusTooManyRequests, fmt.Sprintf("too many sign-in attempts from this address; retry in %ds", secs))
+			return
+		}
 		var req sessionRequest
 		if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil {
 			fail(w, http.StatusBadRequest, `the sign-in body is JSON {"token": "mct_..."}: `+err.Error())
@@ -146,7 +164,12 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) {
 			fail(w, code, err.Error())
 			return
 		}
-		id := c.Sessions.Create(Session{User: rec.User, Groups: rec.Groups, Expires: rec.Expires})
+		id, err := c.Sessions.Create(r.Context(), Session{User: rec.User, Groups: rec.Groups, Expires: rec.Expires})
+		if err != nil {
+			klog.ErrorS(err, "Console sign-in: storing the session failed", "user", rec.User)
+			fail(w, http.StatusServiceUnavailable, "the session could not be stored in the datastore; retry in a few seconds")
+			return
+		}
 		http.SetCookie(w, c.cookie(id, rec.Expires))
 		klog.InfoS("Console sign-in", "user", rec.User, "groups", rec.Groups, "expires", rec.Expires)
 		writeJSON(w, sessionResponse{User: rec.User, Groups: rec.Groups, Expires: rec.Expires})
@@ -154,7 +177,11 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) {
 		ck, err := r.Cookie(CookieName)
 		sess, ok := Session{}, false
 		if err == nil {
-			sess, ok = c.Sessions.Get(ck.Value)
+			sess, ok, err = c.Sessions.Get(r.Context(), ck.Value)
+		}
+		if err != nil {
+			fail(w, http.StatusServiceUnavailable, "reading the session from the datastore failed; retry in a few seconds")
+			return
 		}
 		if !ok {
 			fail(w, http.StatusUnauthorized, "not signed in, or the session has expired: sign in with a console token")
@@ -163,7 +190,10 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, sessionResponse{User: sess.User, Groups: sess.Groups, Expires: sess.Expires})
 	case http.MethodDelete:
 		if ck, err := r.Cookie(CookieName); err == nil {
-			c.Sessions.Delete(ck.Value)
+			if err := c.Sessions.Delete(r.Context(), ck.Value); err != nil {
+				fail(w, http.StatusServiceUnavailable, "ending the session in the datastore failed; sign out again in a few seconds")
+				return
+			}
 		}
 		http.SetCookie(w, c.cookie("", time.Time{}))
 		w.WriteHeader(http.StatusNoContent)

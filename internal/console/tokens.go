@@ -1,7 +1,8 @@
 // Package console is the web console muster-server serves at /console/:
 // embedded static assets, console tokens (minted by `muster-server
 // console-token`, stored only as hashes in the datastore), browser sessions
-// (an opaque cookie mapped in memory to a user, groups and an expiry) and
+// (a cookie whose secret's hash the datastore keeps, shared by HA servers)
+// and
 // the authenticator that turns such a session into an API identity, only
 // for requests that carry the X-Muster-Console header (the CSRF guard).
 package console
@@ -10,13 +11,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/muster-io/muster/internal/jointoken"
 )
@@ -25,28 +23,17 @@ import (
 // place (a join, a kubeconfig) is recognisable.
 const TokenPrefix = "mct_"
 
-// tokenKeyPrefix is where console tokens live in the datastore, beside the
-// sealed cluster CA (/muster/bootstrap/ca): not an API kind, nothing any
-// API client can list.
-const tokenKeyPrefix = "/muster/console/tokens/"
-
 // MaxTTL bounds a console token's life (and so every session's).
 const MaxTTL = 7 * 24 * time.Hour
 
-// Record is what the datastore keeps of a console token: the hash of its
-// secret, never the secret, and the identity it signs in as.
+// Record is what the datastore keeps of a console token or a browser
+// session: the hash of its secret, never the secret, and the identity it
+// signs in as.
 type Record struct {
 	SecretHash string    `json:"secretHash"`
 	User       string    `json:"user"`
 	Groups     []string  `json:"groups,omitempty"`
 	Expires    time.Time `json:"expires"`
-}
-
-// TokenStore keeps console token records by id.
-type TokenStore interface {
-	Put(ctx context.Context, id string, r Record) error
-	Get(ctx context.Context, id string) (Record, bool, error)
-	Delete(ctx context.Context, id string) error
 }
 
 // Token is a minted console token: id and secret.
@@ -82,7 +69,7 @@ func randomHex(n int) string {
 
 // Mint creates a console token for user and groups that expires after ttl,
 // stores its hash, and returns the token (shown once, kept nowhere).
-func Mint(ctx context.Context, store TokenStore, user string, groups []string, ttl time.Duration, now time.Time) (Token, time.Time, error) {
+func Mint(ctx context.Context, store Store, user string, groups []string, ttl time.Duration, now time.Time) (Token, time.Time, error) {
 	if strings.TrimSpace(user) == "" {
 		return Token{}, time.Time{}, errors.New("a console token needs a user: give --user NAME")
 	}
@@ -102,7 +89,7 @@ func Mint(ctx context.Context, store TokenStore, user string, groups []string, t
 var ErrBadToken = errors.New("the console token is wrong or has expired: ask an administrator for a new one ('muster-server console-token')")
 
 // Check verifies a presented token and returns its record.
-func Check(ctx context.Context, store TokenStore, presented string, now time.Time) (Record, error) {
+func Check(ctx context.Context, store Store, presented string, now time.Time) (Record, error) {
 	t, err := ParseToken(presented)
 	if err != nil {
 		return Record{}, err
@@ -123,53 +110,4 @@ func Check(ctx context.Context, store TokenStore, presented string, now time.Tim
 		return Record{}, ErrBadToken
 	}
 	return r, nil
-}
-
-// EtcdTokens keeps console tokens as datastore keys (kine or etcd).
-type EtcdTokens struct{ Client *clientv3.Client }
-
-// Put implements TokenStore.
-func (e EtcdTokens) Put(ctx context.Context, id string, r Record) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	// kine serves the apiserver's access pattern only: create-if-absent,
-	// not a plain put (ids are random, so a clash is a bug, not a retry).
-	key := tokenKeyPrefix + id
-	resp, err := e.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(b))).Commit()
-	if err != nil {
-		return err
-	}
-	if !resp.Succeeded {
-		return fmt.Errorf("console token id %s already exists; mint again", id)
-	}
-	return nil
-}
-
-// Get implements TokenStore.
-func (e EtcdTokens) Get(ctx context.Context, id string) (Record, bool, error) {
-	resp, err := e.Client.Get(ctx, tokenKeyPrefix+id)
-	if err != nil || len(resp.Kvs) == 0 {
-		return Record{}, false, err
-	}
-	var r Record
-	if err := json.Unmarshal(resp.Kvs[0].Value, &r); err != nil {
-		return Record{}, false, fmt.Errorf("console token %s is corrupt in the datastore: %w", id, err)
-	}
-	return r, true, nil
-}
-
-// Delete implements TokenStore.
-func (e EtcdTokens) Delete(ctx context.Context, id string) error {
-	key := tokenKeyPrefix + id
-	resp, err := e.Client.Get(ctx, key)
-	if err != nil || len(resp.Kvs) == 0 {
-		return err
-	}
-	// A compare-and-delete, as kine has no plain delete.
-	_, err = e.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).
-		Then(clientv3.OpDelete(key)).Commit()
-	return err
 }

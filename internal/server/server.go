@@ -205,7 +205,7 @@ func run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("connecting the console's token store to the datastore: %w", err)
 	}
 	defer consoleClient.Close()
-	webConsole := console.New(console.EtcdTokens{Client: consoleClient})
+	webConsole := console.OnDatastore(consoleClient)
 	public := install.New(install.Config{AgentBinary: cfg.AgentBinary, AgentBinariesDir: cfg.AgentBinariesDir}).Paths()
 	public[console.Prefix] = webConsole
 
