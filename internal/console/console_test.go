@@ -163,6 +163,21 @@ func TestSessionAuthenticator(t *testing.T) {
 	}
 }
 
+// callSession makes one request to c's session endpoint, with or without
+// the console header and a cookie.
+func callSession(c *Console, method, body string, header bool, cookie *http.Cookie) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, SessionPath, strings.NewReader(body))
+	if header {
+		r.Header.Set(Header, "1")
+	}
+	if cookie != nil {
+		r.AddCookie(cookie)
+	}
+	w := httptest.NewRecorder()
+	c.ServeHTTP(w, r)
+	return w
+}
+
 func TestSessionEndpoint(t *testing.T) {
 	store := &memStore{m: map[string]Record{}}
 	c := New(store, &memStore{m: map[string]Record{}})
@@ -171,16 +186,7 @@ func TestSessionEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	do := func(method, body string, header bool, cookie *http.Cookie) *httptest.ResponseRecorder {
-		r := httptest.NewRequest(method, SessionPath, strings.NewReader(body))
-		if header {
-			r.Header.Set(Header, "1")
-		}
-		if cookie != nil {
-			r.AddCookie(cookie)
-		}
-		w := httptest.NewRecorder()
-		c.ServeHTTP(w, r)
-		return w
+		return callSession(c, method, body, header, cookie)
 	}
 	if w := do("POST", `{"token":"`+tok.String()+`"}`, false, nil); w.Code != http.StatusForbidden {
 		t.Fatalf("sign-in without the console header: %d, want 403 (login CSRF)", w.Code)

@@ -38,14 +38,7 @@ func TestSessionsShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	call := func(c *Console, method, body string, ck *http.Cookie) *httptest.ResponseRecorder {
-		r := httptest.NewRequest(method, SessionPath, strings.NewReader(body))
-		r.Header.Set(Header, "1")
-		if ck != nil {
-			r.AddCookie(ck)
-		}
-		w := httptest.NewRecorder()
-		c.ServeHTTP(w, r)
-		return w
+		return callSession(c, method, body, true, ck)
 	}
 	w := call(a, "POST", `{"token":"`+tok.String()+`"}`, nil)
 	if w.Code != http.StatusOK {
