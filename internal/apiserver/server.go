@@ -111,6 +111,10 @@ type Config struct {
 	// serves the Machine subresources that reach through them
 	// (machines/exec, machines/portforward, machines/log).
 	Tunnels *serve.Server
+	// History reads the transition history (machines/history,
+	// clusters/history); nil on a datastore without one, where those
+	// subresources answer 501 saying so.
+	History registry.HistoryReader
 	// Drivers, if set, are the machine-pool drivers: pools are checked
 	// against their driver's schema at admission, and DriversPath
 	// publishes the schemas.
@@ -280,6 +284,13 @@ func New(cfg Config) (*Server, error) {
 		for path, s := range registry.MachineConnectStorages(resources[registry.Machine.Resource].(rest.Getter), cfg.Tunnels) {
 			resources[path] = s
 		}
+	}
+	getters := map[string]rest.Getter{}
+	for _, r := range []string{registry.Machine.Resource, registry.Cluster.Resource} {
+		getters[r] = resources[r].(rest.Getter)
+	}
+	for path, s := range registry.HistoryStorages(getters, cfg.History) {
+		resources[path] = s
 	}
 	if cfg.Registrations != nil {
 		main := resources[registry.ClusterRegistration.Resource].(*registry.REST)

@@ -26,6 +26,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -291,6 +293,9 @@ func Prune(ctx context.Context, db *sql.DB, dialect string, r Retention, now tim
 type Query struct {
 	Kind, Name   string
 	Since, Until time.Time // zero: unbounded
+	// Limit keeps the newest Limit records (still returned oldest first);
+	// zero returns them all.
+	Limit int
 }
 
 // Read returns the records of one object name (every object that had the
@@ -304,8 +309,15 @@ func Read(ctx context.Context, db *sql.DB, dialect string, q Query) ([]Record, e
 	if !q.Until.IsZero() {
 		where, args = append(where, "at <= ?"), append(args, timeArg(dialect, q.Until))
 	}
-	rows, err := db.QueryContext(ctx, rebind(dialect, `SELECT kind, name, uid, seq, from_phase, to_phase, event, reason, caused_by, at, revision
-		FROM muster_transitions WHERE `+strings.Join(where, " AND ")+` ORDER BY at, uid, seq`), args...)
+	query := `SELECT kind, name, uid, seq, from_phase, to_phase, event, reason, caused_by, at, revision
+		FROM muster_transitions WHERE ` + strings.Join(where, " AND ")
+	if q.Limit > 0 {
+		// The newest, put back in order below.
+		query += ` ORDER BY at DESC, uid DESC, seq DESC LIMIT ` + strconv.Itoa(q.Limit)
+	} else {
+		query += ` ORDER BY at, uid, seq`
+	}
+	rows, err := db.QueryContext(ctx, rebind(dialect, query), args...)
 	if err != nil {
 		return nil, fmt.Errorf("reading the transition history: %w", err)
 	}
@@ -326,6 +338,9 @@ func Read(ctx context.Context, db *sql.DB, dialect string, q Query) ([]Record, e
 			r.At, _ = time.Parse(sqliteTime, string(v))
 		}
 		out = append(out, r)
+	}
+	if q.Limit > 0 {
+		slices.Reverse(out)
 	}
 	return out, rows.Err()
 }

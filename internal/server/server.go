@@ -23,6 +23,7 @@ import (
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/metrics"
+	"github.com/muster-io/muster/internal/registry"
 	"github.com/muster-io/muster/internal/snapshot"
 	"github.com/muster-io/muster/internal/store"
 	"github.com/muster-io/muster/internal/tunnel"
@@ -252,6 +253,7 @@ func run(ctx context.Context, cfg Config) error {
 		LastHeard:                   liveness.LastSeen,
 		Drivers:                     drivers,
 		Tunnels:                     tunnels,
+		History:                     historyReader(ds),
 	})
 	if err != nil {
 		return err
@@ -303,6 +305,19 @@ func startHistory(ctx context.Context, cfg Config, ds *store.Datastore) (func(),
 	w := &history.Writer{DB: ds.SQL(), Dialect: ds.Backend(), Client: client, Retention: cfg.HistoryRetention}
 	go func() { defer close(done); w.Run(hctx) }()
 	return func() { cancel(); <-done; client.Close() }, nil
+}
+
+// historyReader serves the history subresources from the SQL history
+// table; nil on etcd, which has none.
+func historyReader(ds *store.Datastore) registry.HistoryReader {
+	db := ds.SQL()
+	if db == nil {
+		return nil
+	}
+	dialect := ds.Backend()
+	return func(ctx context.Context, kind, name string, limit int) ([]history.Record, error) {
+		return history.Read(ctx, db, dialect, history.Query{Kind: kind, Name: name, Limit: limit})
+	}
 }
 
 // startSnapshots takes scheduled snapshots of the datastore.
