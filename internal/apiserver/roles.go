@@ -58,7 +58,11 @@ var roleGrants = func() []roleGrant {
 	g = append(g,
 		roleGrant{groups: both, apiGroup: "", resource: "events", subresource: "", verbs: readVerbs},
 		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "clusterregistrationtokens", subresource: "", verbs: allVerbs},
-		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "clusterregistrationtokens", subresource: "status", verbs: readVerbs},
+		// Revoking is a write of a token's status phase (Active to Revoked;
+		// the token's state machine refuses any way back). Whatever else an
+		// operator could write there (a count, an expiry) buys nothing they
+		// cannot already have by creating a token, which they may.
+		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "clusterregistrationtokens", subresource: "status", verbs: append(slices.Clone(readVerbs), "update", "patch")},
 		// Approve and deny are writes of a registration's status phase; the
 		// registration's state machine refuses every other change.
 		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "clusterregistrations", subresource: "status", verbs: []string{"update", "patch"}},

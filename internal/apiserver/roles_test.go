@@ -53,6 +53,8 @@ func TestBuiltinRoles(t *testing.T) {
 		{"no prefix match past /drivers", caller.ViewersGroup, path("get", "/driversx"), false},
 		{"operator creates tokens", caller.OperatorsGroup, res("", "create", "clusterregistrationtokens", ""), true},
 		{"operator reads tokens", caller.OperatorsGroup, res("", "list", "clusterregistrationtokens", ""), true},
+		{"operator revokes tokens", caller.OperatorsGroup, res("", "patch", "clusterregistrationtokens", "status"), true},
+		{"viewer cannot revoke tokens", caller.ViewersGroup, res("", "patch", "clusterregistrationtokens", "status"), false},
 		{"operator approves", caller.OperatorsGroup, res("", "update", "clusterregistrations", "status"), true},
 		{"operator edits plans", caller.OperatorsGroup, res("", "patch", "machineplans", ""), true},
 		{"operator edits plan sets", caller.OperatorsGroup, res("", "create", "machineplansets", ""), true},

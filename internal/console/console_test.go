@@ -261,3 +261,27 @@ func TestMintNeedsAdmin(t *testing.T) {
 		t.Fatalf("minting without an admin identity: %d, want 403", w.Code)
 	}
 }
+
+// TestScriptParsesNoHTML: hostile names and messages reach the page only
+// through textContent and attributes; a use of an HTML-parsing sink in the
+// script would be the way they became markup.
+func TestScriptParsesNoHTML(t *testing.T) {
+	b, err := assets.ReadFile("assets/app.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sink := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "createContextualFragment", "DOMParser", "eval(", "new Function"} {
+		if strings.Contains(string(b), sink) {
+			t.Errorf("app.js uses %s, which parses text as HTML or code", sink)
+		}
+	}
+	page, err := assets.ReadFile("assets/index.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, link := range []string{`href="#/tokens"`, `href="#/rollouts"`} {
+		if !strings.Contains(string(page), link) {
+			t.Errorf("the nav has no %s link", link)
+		}
+	}
+}

@@ -388,3 +388,170 @@ func BenchmarkConsoleFleet(b *testing.B) {
 	b.ReportMetric(float64(rows), "rows-in-DOM")
 	b.Logf("fleet page with %d machines: %s per load (%d loads), %d rows in the DOM", n, (total / time.Duration(loads)).Round(time.Millisecond), loads, rows)
 }
+
+// jsFetchJSON sends a JSON body from the page (its cookie, its origin,
+// the console header) and returns the status.
+func jsFetchJSON(t *testing.T, ctx context.Context, method, path, contentType, body string) int {
+	t.Helper()
+	js := fmt.Sprintf(`fetch(%q, {method:%q, headers:{'Content-Type':%q,'X-Muster-Console':'1'}, credentials:'same-origin', body:%q}).then(r => r.status)`,
+		path, method, contentType, body)
+	return eval[int](t, ctx, js, chromedp.EvalAwaitPromise)
+}
+
+// TestConsolePages: the join tokens and rollouts pages in a real chromium.
+// An operator creates a token in the form, a real agent joins with the
+// secret the page showed once, a plan set selecting that machine rolls out
+// while the page watches, the operator pauses it and revokes the token; a
+// viewer sees neither page's controls and is refused a crafted request.
+func TestConsolePages(t *testing.T) {
+	chromiumPath(t)
+	s := startServer(t, "")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the server's log, last lines:\n%s", lastLines(s.log.String(), 30))
+		}
+	})
+	admin := adminClient(t, s)
+	bg := context.Background()
+	// Operators may not create clusters; the administrator makes the one the token binds to.
+	if _, err := admin.MusterV1alpha1().Clusters().Create(bg, &api.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "pages"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	viewer := consoleToken(t, s, "vera", "muster:viewers")
+	operator := consoleToken(t, s, "otto", "muster:operators")
+
+	ctx := browser(t, s)
+	signIn(t, ctx, s, operator)
+	open(t, ctx, s.url()+"/console/#/tokens")
+	// The description is free text an operator writes: hostile text goes there.
+	run(t, ctx, "creating a token in the form", 30*time.Second,
+		chromedp.WaitVisible(chromedp.ID("token-create")),
+		chromedp.SetValue(chromedp.ID("tok-cluster"), "pages"),
+		chromedp.SetValue(chromedp.ID("tok-ttl"), "1h"),
+		chromedp.SetValue(chromedp.ID("tok-description"), "pages "+xssScript+xssImg),
+		chromedp.Click(chromedp.ID("tok-submit")),
+		chromedp.WaitVisible(chromedp.ID("token-secret-value")))
+	secret := textOf(t, ctx, "#token-secret-value")
+	id, sec, ok := strings.Cut(secret[strings.Index(secret, "::")+2:], ".")
+	if !strings.HasPrefix(secret, "K10") || !ok || len(sec) != 32 {
+		t.Fatalf("the page showed %q, want a join token K10<ca>::<id>.<secret>", secret)
+	}
+	run(t, ctx, "the new token listed", 10*time.Second, chromedp.WaitVisible(chromedp.CSS(`tr.jointoken[data-name="`+id+`"][data-phase="Active"]`)))
+	if got := textOf(t, ctx, `tr.jointoken[data-name="`+id+`"] td.desc`); got != "pages "+xssScript+xssImg {
+		t.Errorf("the description is shown as %q, want the text typed", got)
+	}
+	if eval[bool](t, ctx, `window.__pwned !== undefined || document.querySelector('#main script, #main img') !== null`) {
+		t.Fatal("a token's description ran or became an element in the console")
+	}
+	// Shown once: not kept where a later page, another tab or a log could find it.
+	if kept := eval[bool](t, ctx, fmt.Sprintf(`(() => { const s = %q; const all = [location.href, document.referrer, JSON.stringify(localStorage), JSON.stringify(sessionStorage), document.cookie]; return all.some(v => v.includes(s)); })()`, sec)); kept {
+		t.Error("the token's secret is in the URL, web storage or a script-visible cookie")
+	}
+	if strings.Contains(s.log.String(), sec) {
+		t.Error("the token's secret is in the server's log")
+	}
+
+	// The API holds the token as created, with only the secret's hash.
+	tok, err := admin.MusterV1alpha1().ClusterRegistrationTokens().Get(bg, id, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the token the console created: %v", err)
+	}
+	sum := sha256.Sum256([]byte(sec))
+	if tok.Spec.Cluster != "pages" || tok.Status.Phase != api.TokenPhaseActive || tok.Spec.SecretHash != "sha256$"+fmt.Sprintf("%x", sum) ||
+		tok.Status.ExpiresAt == nil || time.Until(tok.Status.ExpiresAt.Time) > time.Hour || time.Until(tok.Status.ExpiresAt.Time) < 50*time.Minute {
+		t.Errorf("the token in the API: cluster %q phase %q hash-matches %v expires %v; want pages, Active, true, in 1h",
+			tok.Spec.Cluster, tok.Status.Phase, tok.Spec.SecretHash == "sha256$"+fmt.Sprintf("%x", sum), tok.Status.ExpiresAt)
+	}
+	// ...and it works: an agent joins with it (which also checks the CA pin the page computed).
+	a := startAgent(t, s, t.TempDir(), "--token", secret, "--node-name", "page-1", "--label", "tier=pages")
+	a.waitOutput("running as machine page-1", 60*time.Second)
+	if got := s.mustKubectl("get", "machine", "page-1", "-o", "jsonpath={.spec.cluster}"); got != "pages" {
+		t.Errorf("the machine joined with the console's token is in cluster %q, want pages", got)
+	}
+	run(t, ctx, "dismissing the secret", 10*time.Second, chromedp.Click(chromedp.ID("token-secret-dismiss")), chromedp.WaitNotVisible(chromedp.ID("token-secret")))
+	if strings.Contains(eval[string](t, ctx, `document.documentElement.outerHTML`), sec) {
+		t.Error("the secret is still in the page after Dismiss")
+	}
+
+	// Rollouts: a set created while the page watches shows up, then its counts move.
+	run(t, ctx, "the rollouts page from the nav", 30*time.Second,
+		chromedp.Click(chromedp.CSS(`#nav a[href="#/rollouts"]`)), chromedp.WaitVisible(chromedp.ID("plansets")))
+	applySet(t, s, `apiVersion: muster.io/v1alpha1
+kind: MachinePlanSet
+metadata:
+  name: pages-set
+spec:
+  selector: {matchLabels: {tier: pages}}
+  template:
+    instructions:
+    - name: noop
+      command: /bin/sh
+      args: ["-c", "true"]
+`)
+	run(t, ctx, "the set appearing", 10*time.Second, chromedp.WaitVisible(chromedp.CSS(`.planset[data-name="pages-set"]`)))
+	run(t, ctx, "the set's counts reaching 1 of 1", 90*time.Second,
+		chromedp.WaitVisible(chromedp.CSS(`.planset[data-name="pages-set"][data-matched="1"][data-updated="1"][data-ready="1"]`)))
+	if got := textOf(t, ctx, `.planset[data-name="pages-set"] .counts`); !strings.Contains(got, "1 of 1 updated, 1 ready, 0 failed") {
+		t.Errorf("the set's counts read %q", got)
+	}
+	if w := eval[string](t, ctx, `document.querySelector('.planset[data-name="pages-set"] .bar .fill').style.width`); w != "100%" {
+		t.Errorf("the progress bar is %q wide, want 100%%", w)
+	}
+	run(t, ctx, "pausing the set", 30*time.Second,
+		chromedp.Click(chromedp.CSS(`button.pause[data-name="pages-set"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`button.resume[data-name="pages-set"]`)))
+	if got := s.mustKubectl("get", "machineplanset", "pages-set", "-o", "jsonpath={.spec.strategy.paused}"); got != "true" {
+		t.Errorf("after Pause the set's spec.strategy.paused is %q, want true", got)
+	}
+	run(t, ctx, "the Paused condition shown", 30*time.Second,
+		chromedp.WaitVisible(chromedp.CSS(`.planset[data-name="pages-set"] tr.condition[data-type="Paused"] td.cond-True`)))
+	screenshot(t, ctx, "rollouts")
+
+	// Revoke, with a second click to confirm.
+	run(t, ctx, "revoking", 30*time.Second,
+		chromedp.Click(chromedp.CSS(`#nav a[href="#/tokens"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`button.revoke[data-name="`+id+`"]`)),
+		chromedp.Click(chromedp.CSS(`button.revoke[data-name="`+id+`"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`button.revoke.confirm[data-name="`+id+`"]`)),
+		chromedp.Click(chromedp.CSS(`button.revoke.confirm[data-name="`+id+`"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr.jointoken[data-name="`+id+`"][data-phase="Revoked"]`)))
+	if got := s.mustKubectl("get", "clusterregistrationtoken", id, "-o", "jsonpath={.status.phase} {.status.reason}"); got != "Revoked RevokedByOperator" {
+		t.Errorf("after Revoke the token's status is %q, want Revoked RevokedByOperator", got)
+	}
+	if n := eval[int](t, ctx, `document.querySelectorAll('button.revoke[data-name="`+id+`"]').length`); n != 0 {
+		t.Error("a revoked token still has a Revoke button")
+	}
+	screenshot(t, ctx, "tokens")
+
+	// The viewer: no controls on either page, and crafted requests refused.
+	run(t, ctx, "signing out", 20*time.Second, chromedp.Click(chromedp.ID("signout")), chromedp.WaitVisible(chromedp.ID("token")))
+	signIn(t, ctx, s, viewer)
+	open(t, ctx, s.url()+"/console/#/tokens")
+	run(t, ctx, "the tokens page as a viewer", 30*time.Second,
+		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := chromedp.Poll[bool](`document.getElementById('tok-note').textContent.includes('muster:operators')`)(ctx, tg)
+			return err
+		}))
+	if n := eval[int](t, ctx, `document.querySelectorAll('#token-create:not([hidden]), button.revoke').length`); n != 0 {
+		t.Errorf("a viewer sees %d token controls", n)
+	}
+	const tokensPath = "/apis/muster.io/v1alpha1/clusterregistrationtokens"
+	crafted := `{"apiVersion":"muster.io/v1alpha1","kind":"ClusterRegistrationToken","metadata":{"name":"viewer1"},"spec":{"secretHash":"sha256$` + strings.Repeat("a", 64) + `"}}`
+	if code := jsFetchJSON(t, ctx, "POST", tokensPath, "application/json", crafted); code != 403 {
+		t.Errorf("a viewer's crafted token create: %d, want 403", code)
+	}
+	if code := jsFetchJSON(t, ctx, "PATCH", tokensPath+"/"+id+"/status", "application/merge-patch+json", `{"status":{"phase":"Revoked"}}`); code != 403 {
+		t.Errorf("a viewer's crafted revoke: %d, want 403", code)
+	}
+	open(t, ctx, s.url()+"/console/#/rollouts")
+	run(t, ctx, "the rollouts page as a viewer", 30*time.Second, chromedp.WaitVisible(chromedp.CSS(`.planset[data-name="pages-set"][data-paused="true"]`)))
+	if n := eval[int](t, ctx, `document.querySelectorAll('button.pause, button.resume').length`); n != 0 {
+		t.Errorf("a viewer sees %d pause/resume buttons", n)
+	}
+	if code := jsFetchJSON(t, ctx, "PATCH", "/apis/muster.io/v1alpha1/machineplansets/pages-set", "application/merge-patch+json", `{"spec":{"strategy":{"paused":false}}}`); code != 403 {
+		t.Errorf("a viewer's crafted resume: %d, want 403", code)
+	}
+	if eval[bool](t, ctx, `window.__pwned !== undefined || document.querySelector('#main script, #main img') !== null`) {
+		t.Fatal("a payload ran or became an element in the console")
+	}
+}

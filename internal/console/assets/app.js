@@ -92,6 +92,8 @@ function route() {
   view.replaceChildren();
   if (h.startsWith('#/machine/')) stopView = machinePage(view, decodeURIComponent(h.slice('#/machine/'.length)));
   else if (h === '#/registrations') stopView = registrationsPage(view);
+  else if (h === '#/tokens') stopView = tokensPage(view);
+  else if (h === '#/rollouts') stopView = rolloutsPage(view);
   else stopView = fleetPage(view);
 }
 
@@ -124,7 +126,8 @@ function watchList(path, params, onChange, onError) {
       } catch (e) {
         if (stopped || e.name === 'AbortError') return;
         onError(e);
-        if (e.status === 401) return;
+        // A 403 will not change by asking again: the user's groups decide.
+        if (e.status === 401 || e.status === 403) return;
         await new Promise((r) => setTimeout(r, 2000));
       }
     }
@@ -381,6 +384,236 @@ function registrationsPage(view) {
 function patchOpts(ph) {
   const reason = ph === 'Approved' ? 'ApprovedByOperator' : 'DeniedByOperator';
   return { method: 'PATCH', headers: { 'Content-Type': 'application/merge-patch+json' }, body: JSON.stringify({ status: { phase: ph, reason, message: 'from the web console' } }) };
+}
+
+// allowed asks the server whether this user may make a request: the same
+// request with dryRun=All. Only a 403 means no; any other answer (a 422
+// for a stale object, a 409) says the authorizer let it through.
+async function allowed(path, opts) {
+  try {
+    await api(path + (path.includes('?') ? '&' : '?') + 'dryRun=All', opts);
+    return true;
+  } catch (e) {
+    return e.status !== 403;
+  }
+}
+
+const hex = (buf) => [...new Uint8Array(buf)].map((b) => b.toString(16).padStart(2, '0')).join('');
+const sha256 = async (bytes) => hex(await crypto.subtle.digest('SHA-256', bytes));
+
+// newJoinToken makes a join token the way 'muster-server token create'
+// does (internal/jointoken): a random id and 128-bit secret drawn here, the
+// secret's SHA-256 sent as the object's secretHash, the full token pinned
+// to the SHA-256 of what /cacerts serves. The secret never leaves this
+// function but in the returned string, which is shown once and not kept.
+async function newJoinToken() {
+  const res = await fetch('/cacerts', { credentials: 'omit' });
+  if (!res.ok) throw new APIError(res.status, 'reading the server CA from /cacerts: ' + res.status);
+  const caHash = await sha256(await res.arrayBuffer());
+  const alphabet = 'abcdefghijklmnopqrstuvwxyz0123456789';
+  let id = '';
+  while (id.length < 6) {
+    const b = crypto.getRandomValues(new Uint8Array(1))[0];
+    if (b < 252) id += alphabet[b % 36]; // 252 = 7*36: no bias
+  }
+  const secret = hex(crypto.getRandomValues(new Uint8Array(16)));
+  const secretHash = 'sha256$' + await sha256(new TextEncoder().encode(secret));
+  return { id, secretHash, token: 'K10' + caHash + '::' + id + '.' + secret };
+}
+
+function tokenBody(name, secretHash, f) {
+  const spec = { secretHash, cluster: f.cluster || undefined, manualApproval: f.manual || undefined, description: f.description || undefined };
+  if (f.maxUses) spec.maxUses = f.maxUses;
+  if (f.ttl && f.ttl !== '0') spec.ttl = f.ttl;
+  return JSON.stringify({ apiVersion: 'muster.io/v1alpha1', kind: 'ClusterRegistrationToken', metadata: { name }, spec });
+}
+
+const jsonOpts = (method, body, type) => ({ method, headers: { 'Content-Type': type || 'application/json' }, body });
+
+function tokensPage(view) {
+  const note = el('p', { class: 'muted', id: 'tok-note' });
+  const secretValue = el('code', { id: 'token-secret-value' });
+  const secretBox = el('div', { class: 'secret', id: 'token-secret', hidden: '' },
+    el('p', { text: 'The new join token, shown this once (the server keeps only its hash). Give it to the machines that join: muster-agent --token …' }),
+    secretValue, ' ',
+    el('button', { type: 'button', id: 'token-secret-dismiss', text: 'Dismiss', onclick: () => { secretValue.textContent = ''; secretBox.hidden = true; } }));
+  const clusters = el('datalist', { id: 'tok-clusters' });
+  const f = {
+    cluster: el('input', { id: 'tok-cluster', list: 'tok-clusters', placeholder: 'empty: a cluster per machine', size: '24' }),
+    ttl: el('input', { id: 'tok-ttl', value: '24h', size: '6', title: 'how long the token may be used, e.g. 24h; 0: never expires' }),
+    manual: el('input', { id: 'tok-manual', type: 'checkbox' }),
+    description: el('input', { id: 'tok-description', placeholder: 'what it is for', size: '28' }),
+    maxUses: el('input', { id: 'tok-maxuses', type: 'number', min: '0', value: '0', size: '4', title: '0: no limit' }),
+  };
+  const form = el('form', { id: 'token-create', class: 'filters', hidden: '' },
+    el('label', {}, 'Cluster ', f.cluster), clusters,
+    el('label', {}, 'TTL ', f.ttl),
+    el('label', {}, f.manual, ' manual approval'),
+    el('label', {}, 'Max uses ', f.maxUses),
+    el('label', {}, 'Description ', f.description),
+    el('button', { type: 'submit', id: 'tok-submit', text: 'Create token' }));
+  const box = el('div', { id: 'tokens' });
+  view.append(el('h1', { text: 'Join tokens' }), note, secretBox, form, box);
+
+  let mayRevoke = null; // asked of the server once a token is active
+  const confirming = new Set();
+  let last = new Map();
+
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const v = { cluster: f.cluster.value.trim(), ttl: f.ttl.value.trim(), manual: f.manual.checked, description: f.description.value, maxUses: parseInt(f.maxUses.value, 10) || 0 };
+    try {
+      for (let attempt = 0; ; attempt++) {
+        const t = await newJoinToken();
+        try {
+          await api(API + '/clusterregistrationtokens', jsonOpts('POST', tokenBody(t.id, t.secretHash, v)));
+        } catch (e) {
+          if (e.status === 409 && attempt < 3) continue; // a random id collided; draw another
+          throw e;
+        }
+        secretValue.textContent = t.token;
+        secretBox.hidden = false;
+        note.textContent = 'Token ' + t.id + ' created.';
+        f.description.value = '';
+        return;
+      }
+    } catch (e) { note.textContent = 'Creating the token: ' + e.message; }
+  });
+
+  const revoke = async (name) => {
+    if (!confirming.has(name)) { confirming.add(name); render(last); return; }
+    confirming.delete(name);
+    try {
+      await api(API + '/clusterregistrationtokens/' + encodeURIComponent(name) + '/status', jsonOpts('PATCH', JSON.stringify({ status: { phase: 'Revoked', reason: 'RevokedByOperator' } }), 'application/merge-patch+json'));
+      note.textContent = 'Token ' + name + ' revoked.';
+    } catch (e) { note.textContent = e.message; }
+  };
+
+  const render = throttle(async (items) => {
+    last = items;
+    const all = [...items.values()].sort((a, b) => (a.metadata.creationTimestamp < b.metadata.creationTimestamp ? 1 : -1));
+    const active = all.find((t) => (t.status && t.status.phase) === 'Active');
+    if (active && mayRevoke === null) {
+      mayRevoke = await allowed(API + '/clusterregistrationtokens/' + encodeURIComponent(active.metadata.name) + '/status',
+        jsonOpts('PATCH', JSON.stringify({ status: { phase: 'Revoked', reason: 'RevokedByOperator' } }), 'application/merge-patch+json'));
+    }
+    const t = el('table', {}, el('tr', {}, ...['Token', 'Phase', 'Cluster', 'Approval', 'Expires', 'Uses', 'Last used', 'Description', ''].map((h) => el('th', { text: h }))));
+    for (const tok of all) {
+      const sp = tok.spec || {};
+      const st = tok.status || {};
+      const ph = st.phase || 'Active';
+      const act = el('td');
+      if (mayRevoke && ph === 'Active') {
+        const c = confirming.has(tok.metadata.name);
+        act.append(el('button', { class: 'revoke' + (c ? ' confirm' : ''), type: 'button', 'data-name': tok.metadata.name, text: c ? 'Confirm revoke' : 'Revoke', onclick: () => revoke(tok.metadata.name) }));
+      }
+      t.append(el('tr', { class: 'jointoken', 'data-name': tok.metadata.name, 'data-phase': ph },
+        el('td', {}, el('code', { text: tok.metadata.name })),
+        el('td', { class: 'phase phase-' + ph, text: ph + (st.reason ? ' (' + st.reason + ')' : '') }),
+        el('td', { text: sp.cluster || '(own)' }),
+        el('td', { text: sp.manualApproval ? 'manual' : 'auto' }),
+        el('td', { text: st.expiresAt ? st.expiresAt : 'never' }),
+        el('td', { text: String(st.registrations || 0) + (sp.maxUses ? ' of ' + sp.maxUses : '') }),
+        el('td', { text: ago(st.lastUsed) }),
+        el('td', { class: 'desc', text: sp.description || '' }),
+        act));
+    }
+    box.replaceChildren(all.length ? t : el('p', { class: 'muted', text: 'No join tokens.' }));
+    box.dataset.count = String(all.length);
+  });
+
+  // The form is shown to who may create: a dry run of a create of a
+  // well-formed token that will never exist.
+  (async () => {
+    const ok = await allowed(API + '/clusterregistrationtokens', jsonOpts('POST', tokenBody('dryrun' + Date.now().toString(36), 'sha256$' + '0'.repeat(64), {})));
+    form.hidden = !ok;
+    if (!ok) return;
+    try {
+      const cl = await api(API + '/clusters?limit=500');
+      clusters.replaceChildren(...(cl.items || []).map((c) => el('option', { value: c.metadata.name })));
+    } catch (_) { /* the cluster is typed then */ }
+  })();
+  return watchList(API + '/clusterregistrationtokens', {}, render, (e) => {
+    note.textContent = e.status === 403 ? 'Join tokens are shown to operators (group muster:operators): ' + e.message : e.message;
+  });
+}
+
+function condition(s, type) {
+  return ((s.status && s.status.conditions) || []).find((c) => c.type === type);
+}
+
+function rolloutsPage(view) {
+  const note = el('p', { class: 'muted', id: 'rollout-note' });
+  const sets = el('div', { id: 'plansets' });
+  const pools = el('div', { id: 'pools' });
+  view.append(el('h1', { text: 'Rollouts' }), note, el('h2', { text: 'Plan sets' }), sets, el('h2', { text: 'Machine pools' }), pools);
+
+  let mayPause = null; // asked of the server once a set exists
+  const setPaused = async (name, paused) => {
+    try {
+      await api(API + '/machineplansets/' + encodeURIComponent(name), jsonOpts('PATCH', JSON.stringify({ spec: { strategy: { paused } } }), 'application/merge-patch+json'));
+      note.textContent = 'Plan set ' + name + (paused ? ' paused.' : ' resumed.');
+    } catch (e) { note.textContent = e.message; }
+  };
+
+  const drawSets = throttle(async (items) => {
+    const all = [...items.values()].sort((a, b) => (a.metadata.name < b.metadata.name ? -1 : 1));
+    if (all.length && mayPause === null) {
+      const s0 = all[0];
+      const p0 = !!(s0.spec && s0.spec.strategy && s0.spec.strategy.paused);
+      mayPause = await allowed(API + '/machineplansets/' + encodeURIComponent(s0.metadata.name), jsonOpts('PATCH', JSON.stringify({ spec: { strategy: { paused: p0 } } }), 'application/merge-patch+json'));
+    }
+    const out = [];
+    for (const s of all) {
+      const st = s.status || {};
+      const paused = !!(s.spec && s.spec.strategy && s.spec.strategy.paused);
+      const n = (k) => st[k] || 0;
+      const pct = n('matched') ? Math.round(100 * n('updated') / n('matched')) : 0;
+      const fill = el('div', { class: 'fill' + (n('failed') ? ' failing' : '') });
+      fill.style.width = pct + '%'; // the CSSOM, which the CSP allows from script
+      const head = el('div', { class: 'set-head' },
+        el('strong', { text: s.metadata.name }),
+        el('span', { class: 'muted', text: 'revision ' + (st.revision || '—') + (st.currentPartition ? ', partition ' + st.currentPartition : '') }),
+        paused ? el('span', { class: 'badge', text: 'paused' }) : null);
+      if (mayPause) {
+        head.append(paused
+          ? el('button', { class: 'resume', type: 'button', 'data-name': s.metadata.name, text: 'Resume', onclick: () => setPaused(s.metadata.name, false) })
+          : el('button', { class: 'pause', type: 'button', 'data-name': s.metadata.name, text: 'Pause', onclick: () => setPaused(s.metadata.name, true) }));
+      }
+      const counts = n('updated') + ' of ' + n('matched') + ' updated, ' + n('ready') + ' ready, ' + n('failed') + ' failed, ' +
+        n('unavailable') + ' unavailable' + (n('conflicting') ? ', ' + n('conflicting') + ' conflicting' : '');
+      const conds = el('table', { class: 'conditions' });
+      for (const type of ['Progressing', 'Paused', 'Complete', 'Conflict']) {
+        const c = condition(s, type);
+        if (!c) continue;
+        conds.append(el('tr', { class: 'condition', 'data-type': type },
+          el('td', { text: type }), el('td', { class: 'cond-' + c.status, text: c.status }), el('td', { text: c.reason || '' }), el('td', { text: c.message || '' })));
+      }
+      out.push(el('div', {
+        class: 'planset', 'data-name': s.metadata.name, 'data-matched': String(n('matched')), 'data-updated': String(n('updated')),
+        'data-ready': String(n('ready')), 'data-failed': String(n('failed')), 'data-paused': String(paused),
+      }, head, el('div', { class: 'counts', text: counts }), el('div', { class: 'bar', title: pct + '% updated' }, fill), conds));
+    }
+    sets.replaceChildren(...(out.length ? out : [el('p', { class: 'muted', text: 'No plan sets.' })]));
+  });
+
+  const drawPools = throttle((items) => {
+    const all = [...items.values()].sort((a, b) => (a.metadata.name < b.metadata.name ? -1 : 1));
+    const t = el('table', {}, el('tr', {}, ...['Pool', 'Cluster', 'Driver', 'Wanted', 'Replicas', 'Ready', 'Updated', 'Revision', 'Message'].map((h) => el('th', { text: h }))));
+    for (const p of all) {
+      const sp = p.spec || {};
+      const st = p.status || {};
+      t.append(el('tr', { class: 'pool', 'data-name': p.metadata.name },
+        el('td', { text: p.metadata.name }), el('td', { text: sp.cluster || '' }), el('td', { text: (sp.template && sp.template.driver) || '' }),
+        el('td', { text: String(sp.replicas || 0) }), el('td', { text: String(st.replicas || 0) }), el('td', { text: String(st.readyReplicas || 0) }),
+        el('td', { text: String(st.updatedReplicas || 0) }), el('td', { text: st.revision || '' }), el('td', { text: st.message || '' })));
+    }
+    pools.replaceChildren(all.length ? t : el('p', { class: 'muted', text: 'No machine pools.' }));
+  });
+
+  const s1 = watchList(API + '/machineplansets', {}, drawSets, (e) => { note.textContent = e.message; });
+  const s2 = watchList(API + '/machinepools', {}, drawPools, (e) => { note.textContent = e.message; });
+  return () => { s1(); s2(); };
 }
 
 async function boot() {
