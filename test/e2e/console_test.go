@@ -284,6 +284,14 @@ spec:
 	if eval[bool](t, ctx, `window.__pwned !== undefined || document.querySelector('#main script, #main img') !== null`) {
 		t.Fatal("a payload from a machine ran or became an element in the console")
 	}
+	// The timeline is the datastore's whole history of the machine
+	// (machines/web-1/history), not only the object's last 20.
+	run(t, ctx, "the machine's history", 30*time.Second,
+		chromedp.WaitVisible(chromedp.CSS(`#history-note`)))
+	waitFor(t, 30*time.Second, "the timeline to show the datastore's history up to Running", func() bool {
+		return strings.Contains(textOf(t, ctx, "#history-note"), "kept by the datastore") &&
+			strings.Contains(textOf(t, ctx, "#transitions"), "→ Running")
+	})
 	screenshot(t, ctx, "machine")
 
 	// A pending registration: the viewer sees it, with no button, and the API refuses the viewer anyway.

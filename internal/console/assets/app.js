@@ -307,10 +307,39 @@ function machinePage(view, name) {
       ['Agent version', st.agentVersion || ''], ['Addresses', addrs], ['Last seen', ago(st.lastSeen)],
       ['Labels', labels], ['Annotations', annotations],
     ]));
-    const items = (st.transitions || []).slice().reverse().map((t) =>
-      el('li', {}, el('span', { class: 'muted', text: t.time + ' ' }), t.from + ' → ' + t.to + ' (' + t.event + (t.reason ? ': ' + t.reason : '') + ')'));
+    drawTimeline(m);
+  };
+  // The timeline: every transition the datastore kept (machines/<name>/
+  // history, also those of earlier machines of this name), then the
+  // machine's own last 20 (status.transitions) that the history writer
+  // has not recorded yet. On etcd there is no history: the last 20 only.
+  let history = null;
+  const drawTimeline = (m) => {
+    const st = (m && m.status) || {};
+    const uid = m && m.metadata.uid;
+    const rows = [];
+    const seen = new Set();
+    for (const h of (history ? history.items : [])) {
+      rows.push({ time: h.at, from: h.from, to: h.to, event: h.event, reason: h.reason, by: h.by, earlier: !!uid && h.uid !== uid });
+      if (h.uid === uid) seen.add(h.seq);
+    }
+    for (const t of st.transitions || []) {
+      if (!seen.has(t.seq)) rows.push({ time: t.time, from: t.from, to: t.to, event: t.event, reason: t.reason, by: t.by });
+    }
+    const items = rows.reverse().map((t) =>
+      el('li', { class: t.earlier ? 'earlier' : '' }, el('span', { class: 'muted', text: t.time + ' ' }),
+        t.from + ' → ' + t.to + ' (' + t.event + (t.reason ? ': ' + t.reason : '') + ')' + (t.by ? ' by ' + t.by : '') + (t.earlier ? ' — an earlier machine of this name' : '')));
+    const note = el('p', { class: 'muted', id: 'history-note', text: history
+      ? (history.truncated ? 'The newest ' + history.items.length + ' transitions kept by the datastore.' : 'Every transition kept by the datastore.')
+      : 'The last ' + (st.transitions || []).length + ' transitions (this server keeps no older history).' });
     const events = timeline.querySelector('#events');
-    timeline.replaceChildren(el('ul', { class: 'timeline', id: 'transitions' }, ...items), events || el('div', { id: 'events' }));
+    timeline.replaceChildren(note, el('ul', { class: 'timeline', id: 'transitions' }, ...items), events || el('div', { id: 'events' }));
+  };
+  const loadHistory = async (m) => {
+    try {
+      history = await api(API + '/machines/' + encodeURIComponent(name) + '/history?limit=500');
+    } catch (e) { history = null; }
+    drawTimeline(m);
   };
   const drawPlan = (p) => {
     if (!p) { plan.replaceChildren(el('p', { class: 'muted', text: 'No plan.' })); return; }
@@ -331,7 +360,7 @@ function machinePage(view, name) {
     } catch (e) { /* shown by the other views */ }
   };
   const sel = { fieldSelector: 'metadata.name=' + name };
-  const s1 = watchList(API + '/machines', sel, throttle((items) => { drawMachine(items.get(name)); drawEvents(); }), (e) => status.replaceChildren(el('p', { class: 'error', text: e.message })));
+  const s1 = watchList(API + '/machines', sel, throttle((items) => { drawMachine(items.get(name)); drawEvents(); loadHistory(items.get(name)); }), (e) => status.replaceChildren(el('p', { class: 'error', text: e.message })));
   const s2 = watchList(API + '/machineplans', sel, throttle((items) => drawPlan(items.get(name))), (e) => plan.replaceChildren(el('p', { class: 'error', text: e.message })));
   return () => { s1(); s2(); };
 }
