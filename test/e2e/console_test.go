@@ -270,6 +270,30 @@ spec:
 	t.Logf("web-3 shown %s after the agent said it runs (join itself took %s)", (time.Since(joined) - registered).Round(time.Millisecond), registered.Round(time.Millisecond))
 	screenshot(t, ctx, "fleet")
 
+	// Filters are the server's: a cluster and a phase narrow the list and
+	// the watch, and the counts are of what matches.
+	web1Cluster := strings.TrimSpace(s.mustKubectl("get", "machine", "web-1", "-o", "jsonpath={.spec.cluster}"))
+	filter := func(clusterName, phase string) {
+		eval[bool](t, ctx, fmt.Sprintf(`(() => {
+			const c = document.querySelector('#cluster-filter'); c.value = %q;
+			const p = document.querySelector('#phase-filter'); p.value = %q; p.dispatchEvent(new Event('change'));
+			return true; })()`, clusterName, phase))
+	}
+	rowsShown := func() string {
+		return eval[string](t, ctx, `[...document.querySelectorAll('.row')].map((r) => r.dataset.name).sort().join(',')`)
+	}
+	filter(web1Cluster, "")
+	waitFor(t, 10*time.Second, "the cluster filter to show web-1 alone", func() bool { return rowsShown() == "web-1" })
+	if got := textOf(t, ctx, "#total"); !strings.Contains(got, "1 machines match the filters") {
+		t.Errorf("total with a cluster filter: %q", got)
+	}
+	filter("", "Failed")
+	waitFor(t, 10*time.Second, "the phase filter Failed to show no machine", func() bool { return rowsShown() == "" })
+	filter("", "Running")
+	waitFor(t, 10*time.Second, "the phase filter Running to show the three machines", func() bool { return rowsShown() == "web-1,web-2,web-3" })
+	filter("", "")
+	waitFor(t, 10*time.Second, "no filter to show every machine", func() bool { return rowsShown() == "web-1,web-2,web-3" })
+
 	// Hostile text is text.
 	open(t, ctx, s.url()+"/console/#/machine/web-1")
 	run(t, ctx, "the machine page", 30*time.Second,

@@ -208,6 +208,7 @@ function fleetPage(view) {
   const selector = el('input', { id: 'selector', placeholder: 'label selector, e.g. role=worker', size: '30' });
   const phase = el('select', { id: 'phase-filter' }, el('option', { value: '', text: 'all phases' }));
   for (const p of ['Pending', 'Provisioning', 'Registering', 'Bootstrapping', 'Running', 'Updating', 'Unavailable', 'Failed', 'Draining', 'Deleting']) phase.append(el('option', { value: p, text: p }));
+  const cluster = el('input', { id: 'cluster-filter', placeholder: 'cluster', size: '14' });
   const total = el('span', { id: 'total', class: 'muted' });
   const live = el('span', { class: 'live', id: 'live' });
   const summary = el('div', { id: 'summary' });
@@ -216,7 +217,7 @@ function fleetPage(view) {
   rows.append(spacer);
   view.append(
     el('h1', { text: 'Fleet' }),
-    el('div', { class: 'filters' }, selector, phase, el('button', { type: 'button', onclick: restart, text: 'Apply' }), total, live),
+    el('div', { class: 'filters' }, selector, cluster, phase, el('button', { type: 'button', onclick: restart, text: 'Apply' }), total, live),
     summary,
     el('div', { class: 'grid-head' }, el('span', { text: 'Machine' }), el('span', { text: 'Cluster' }), el('span', { text: 'Phase' }), el('span', { text: 'Agent' }), el('span', { text: 'Last seen' })),
     rows);
@@ -247,32 +248,40 @@ function fleetPage(view) {
   const render = throttle((items) => {
     const byPhase = new Map();
     const byCluster = new Map();
-    const want = phase.value;
     sorted = [];
     for (const m of items.values()) {
       const p = phaseOf(m);
       byPhase.set(p, (byPhase.get(p) || 0) + 1);
       const c = (m.spec && m.spec.cluster) || '(none)';
       byCluster.set(c, (byCluster.get(c) || 0) + 1);
-      if (!want || p === want) sorted.push(m);
+      sorted.push(m);
     }
     sorted.sort((a, b) => (a.metadata.name < b.metadata.name ? -1 : 1));
     summary.replaceChildren(...cards('By phase', byPhase, 'by-phase'), ...cards('By cluster', byCluster, 'by-cluster'));
-    total.textContent = items.size + ' machines' + (want ? ', ' + sorted.length + ' ' + want : '');
+    total.textContent = items.size + ' machines' + (filtered ? ' match the filters' : '');
     live.textContent = '● live';
     view.dataset.loaded = String(items.size);
     drawRows();
   });
 
+  // Every filter is the server's (label and field selectors on the list
+  // and the watch): the browser holds only the machines it shows, and a
+  // machine that leaves the filter arrives as a deletion.
   let stop = () => {};
-  let last = new Map();
+  let filtered = false;
   function restart() {
     stop();
     const params = {};
+    const fields = [];
     if (selector.value.trim()) params.labelSelector = selector.value.trim();
-    stop = watchList(API + '/machines', params, (items) => { last = items; render(items); }, (e) => { live.textContent = ''; total.textContent = e.message; });
+    if (cluster.value.trim()) fields.push('spec.cluster=' + cluster.value.trim());
+    if (phase.value) fields.push('status.phase=' + phase.value);
+    if (fields.length) params.fieldSelector = fields.join(',');
+    filtered = Object.keys(params).length > 0;
+    stop = watchList(API + '/machines', params, (items) => render(items), (e) => { live.textContent = ''; total.textContent = e.message; });
   }
-  phase.addEventListener('change', () => render(last));
+  phase.addEventListener('change', restart);
+  cluster.addEventListener('keydown', (e) => { if (e.key === 'Enter') restart(); });
   selector.addEventListener('keydown', (e) => { if (e.key === 'Enter') restart(); });
   restart();
   return () => stop();
