@@ -188,6 +188,9 @@ func TestSessionEndpoint(t *testing.T) {
 	do := func(method, body string, header bool, cookie *http.Cookie) *httptest.ResponseRecorder {
 		return callSession(c, method, body, header, cookie)
 	}
+	if w := do("GET", "", true, nil); w.Code != http.StatusUnauthorized {
+		t.Fatalf("who am I, before signing in: %d, want 401", w.Code)
+	}
 	if w := do("POST", `{"token":"`+tok.String()+`"}`, false, nil); w.Code != http.StatusForbidden {
 		t.Fatalf("sign-in without the console header: %d, want 403 (login CSRF)", w.Code)
 	}

@@ -174,9 +174,9 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) {
 		klog.InfoS("Console sign-in", "user", rec.User, "groups", rec.Groups, "expires", rec.Expires)
 		writeJSON(w, sessionResponse{User: rec.User, Groups: rec.Groups, Expires: rec.Expires})
 	case http.MethodGet:
-		ck, err := r.Cookie(CookieName)
 		sess, ok := Session{}, false
-		if err == nil {
+		var err error
+		if ck, cerr := r.Cookie(CookieName); cerr == nil {
 			sess, ok, err = c.Sessions.Get(r.Context(), ck.Value)
 		}
 		if err != nil {

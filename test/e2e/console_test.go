@@ -419,6 +419,9 @@ func BenchmarkConsoleFleet(b *testing.B) {
 	rows, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('.row').length`))
 	b.ReportMetric(float64(rows), "rows-in-DOM")
 	b.Logf("fleet page with %d machines: %s per load (%d loads), %d rows in the DOM", n, (total / time.Duration(loads)).Round(time.Millisecond), loads, rows)
+	// Then 100 machines a second change phase (a plan change each) while
+	// the page stays open: how it keeps up, measured in the browser.
+	consoleUnderChanges(b, ctx, c, 100, 10*time.Second)
 }
 
 // jsFetchJSON sends a JSON body from the page (its cookie, its origin,
