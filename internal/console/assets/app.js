@@ -121,7 +121,7 @@ function watchList(path, params, onChange, onError) {
           cont = list.metadata.continue || '';
           rv = list.metadata.resourceVersion;
         } while (cont);
-        onChange(items);
+        onChange(items, true);
         rv = await stream(rv);
       } catch (e) {
         if (stopped || e.name === 'AbortError') return;
@@ -145,9 +145,14 @@ function watchList(path, params, onChange, onError) {
         buf += dec.decode(value, { stream: true });
         let nl;
         let changed = false;
-        while ((nl = buf.indexOf('\n')) >= 0) {
-          const line = buf.slice(0, nl);
-          buf = buf.slice(nl + 1);
+        let names = false;
+        // Lines are cut by index and the rest kept once per chunk: slicing
+        // the buffer per line copied it once per event (quadratic in a
+        // chunk of thousands of events).
+        let at = 0;
+        while ((nl = buf.indexOf('\n', at)) >= 0) {
+          const line = buf.slice(at, nl);
+          at = nl + 1;
           if (!line.trim()) continue;
           const ev = JSON.parse(line);
           if (ev.type === 'ERROR') throw new APIError(ev.object && ev.object.code, 'watch expired');
@@ -156,15 +161,38 @@ function watchList(path, params, onChange, onError) {
           if (ev.type === 'BOOKMARK') continue;
           if (ev.type === 'DELETED') items.delete(o.metadata.name);
           else items.set(o.metadata.name, o);
+          if (ev.type !== 'MODIFIED') names = true;
           changed = true;
         }
-        if (changed) onChange(items);
+        buf = buf.slice(at);
+        if (changed) onChange(items, names);
       }
       // The server ended the watch (its timeout): go on from where it was.
     }
   }
   run();
   return () => { stopped = true; ctrl.abort(); };
+}
+
+// every runs fn at most once per ms milliseconds, with the last call's
+// arguments, in an animation frame: a fleet whose machines change all the
+// time is redrawn a few times a second, not on every frame, so the page
+// stays free to scroll and click.
+function every(ms, fn) {
+  let last = -Infinity;
+  let timer = null;
+  let args = null;
+  return (...a) => {
+    args = a;
+    if (timer) return;
+    timer = setTimeout(() => {
+      timer = null;
+      last = performance.now();
+      const run = args;
+      args = null;
+      requestAnimationFrame(() => fn(...run));
+    }, Math.max(0, last + ms - performance.now()));
+  };
 }
 
 // throttle runs fn at most once per animation frame.
@@ -222,14 +250,19 @@ function fleetPage(view) {
     el('div', { class: 'grid-head' }, el('span', { text: 'Machine' }), el('span', { text: 'Cluster' }), el('span', { text: 'Phase' }), el('span', { text: 'Agent' }), el('span', { text: 'Last seen' })),
     rows);
 
+  // sorted is the machines' names in order; it is sorted again only when
+  // names came or went, not on every status change.
   let sorted = [];
+  let current = new Map();
+  let resort = true;
   const drawRows = () => {
     spacer.style.height = (sorted.length * ROW_H) + 'px';
     const first = Math.max(0, Math.floor(rows.scrollTop / ROW_H) - 20);
     const last = Math.min(sorted.length, first + MAX_ROWS);
     const out = [spacer];
     for (let i = first; i < last; i++) {
-      const m = sorted[i];
+      const m = current.get(sorted[i]);
+      if (!m) continue;
       const st = m.status || {};
       const link = el('a', { href: '#/machine/' + encodeURIComponent(m.metadata.name), text: m.metadata.name });
       const r = el('div', { class: 'row', 'data-name': m.metadata.name },
@@ -245,18 +278,20 @@ function fleetPage(view) {
   };
   rows.addEventListener('scroll', throttle(drawRows));
 
-  const render = throttle((items) => {
+  const render = every(250, (items) => {
     const byPhase = new Map();
     const byCluster = new Map();
-    sorted = [];
+    current = items;
     for (const m of items.values()) {
       const p = phaseOf(m);
       byPhase.set(p, (byPhase.get(p) || 0) + 1);
       const c = (m.spec && m.spec.cluster) || '(none)';
       byCluster.set(c, (byCluster.get(c) || 0) + 1);
-      sorted.push(m);
     }
-    sorted.sort((a, b) => (a.metadata.name < b.metadata.name ? -1 : 1));
+    if (resort) {
+      sorted = [...items.keys()].sort();
+      resort = false;
+    }
     summary.replaceChildren(...cards('By phase', byPhase, 'by-phase'), ...cards('By cluster', byCluster, 'by-cluster'));
     total.textContent = items.size + ' machines' + (filtered ? ' match the filters' : '');
     live.textContent = '● live';
@@ -278,7 +313,8 @@ function fleetPage(view) {
     if (phase.value) fields.push('status.phase=' + phase.value);
     if (fields.length) params.fieldSelector = fields.join(',');
     filtered = Object.keys(params).length > 0;
-    stop = watchList(API + '/machines', params, (items) => render(items), (e) => { live.textContent = ''; total.textContent = e.message; });
+    resort = true;
+    stop = watchList(API + '/machines', params, (items, names) => { if (names) resort = true; render(items); }, (e) => { live.textContent = ''; total.textContent = e.message; });
   }
   phase.addEventListener('change', restart);
   cluster.addEventListener('keydown', (e) => { if (e.key === 'Enter') restart(); });
