@@ -78,8 +78,9 @@ func (a *agent) heartbeat(ctx context.Context, c musterclient.MusterV1alpha1Inte
 		case err != nil:
 			if lostSince.IsZero() {
 				lostSince = time.Now()
-				a.say("lost the server: %v; trying again every %s (the load balancer moves to another server if one answers)", err, HeartbeatInterval)
+				a.say("lost the server: %v; trying again about every %s (the load balancer moves to another server if one answers)", err, HeartbeatInterval)
 			}
+			next = LostBeat(err)
 		default:
 			if !lostSince.IsZero() {
 				a.say("the server answers again after %s (%s)", time.Since(lostSince).Round(time.Second), a.activeServer())
@@ -101,6 +102,14 @@ func (a *agent) heartbeat(ctx context.Context, c musterclient.MusterV1alpha1Inte
 		}
 	}
 }
+
+// LostBeat is how long an agent that lost the server waits before its
+// next heartbeat: the server's Retry-After if it sent one (a server
+// shedding load knows when it can take more), else the heartbeat interval
+// with jitter, 2.5–7.5 s. A server's kill -9 breaks every agent's
+// connection in the same instant; without jitter the fleet's retries,
+// each a new TLS handshake, would keep arriving together.
+func LostBeat(err error) time.Duration { return retryWait(err, HeartbeatInterval) }
 
 // activeServer names the server the load balancer sends the agent to.
 func (a *agent) activeServer() string {

@@ -246,3 +246,35 @@ func TestCheckCertificateWaitsForTheServer(t *testing.T) {
 		t.Errorf("checkCertificate = %q, %v; want m1 once the server answers", name, err)
 	}
 }
+
+// An agent that lost the server comes back at a jittered time, or when the
+// server said to: a fleet cut off in the same instant must not retry (each
+// retry a TLS handshake) in lockstep.
+func TestLostBeatIsJitteredOrTheServers(t *testing.T) {
+	refusedConn := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for _, tc := range []struct {
+		name     string
+		err      error
+		min, max time.Duration
+	}{
+		{"connection refused: the interval with jitter", refusedConn, HeartbeatInterval / 2, 3 * HeartbeatInterval / 2},
+		{"503 without Retry-After: the interval with jitter", apierrors.NewServiceUnavailable("starting"), HeartbeatInterval / 2, 3 * HeartbeatInterval / 2},
+		{"429 with Retry-After 20: the server's word, plus up to a tenth", apierrors.NewTooManyRequests("busy", 20), 20 * time.Second, 22 * time.Second},
+		{"Retry-After of hours: bounded", apierrors.NewTooManyRequests("busy", 36000), maxRetryAfter, maxRetryAfter + maxRetryAfter/10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			seen := map[time.Duration]bool{}
+			for range 200 {
+				d := LostBeat(tc.err)
+				if d < tc.min || d > tc.max {
+					t.Fatalf("LostBeat = %s, want within [%s, %s]", d, tc.min, tc.max)
+				}
+				seen[d] = true
+			}
+			// Jittered: 200 draws are not one value.
+			if len(seen) < 2 {
+				t.Errorf("200 draws gave %d distinct waits, want jitter", len(seen))
+			}
+		})
+	}
+}

@@ -300,10 +300,18 @@ func (f *Fleet) heartbeat(ctx context.Context, c musterclient.MusterV1alpha1Inte
 	if !sleep(ctx, time.Duration(randUint64()%uint64(f.cfg.HeartbeatInterval))) {
 		return
 	}
-	t := time.NewTicker(f.cfg.HeartbeatInterval)
+	// The real agent's cadence (internal/agent/liveness.go): every
+	// interval, and after a failure agent.LostBeat's jittered wait.
+	t := time.NewTimer(f.cfg.HeartbeatInterval)
 	defer t.Stop()
 	for {
-		f.health.observe(agent.Heartbeat(ctx, c))
+		err := agent.Heartbeat(ctx, c)
+		f.health.observe(err)
+		next := f.cfg.HeartbeatInterval
+		if err != nil && ctx.Err() == nil {
+			next = agent.LostBeat(err)
+		}
+		t.Reset(next)
 		select {
 		case <-ctx.Done():
 			return
