@@ -268,6 +268,9 @@ func run(ctx context.Context, cfg Config) error {
 	}); err != nil {
 		return err
 	}
+	if err := api.AddPreShutdownHook("muster-close-tunnels", func() error { hub.Close(); return nil }); err != nil {
+		return err
+	}
 	if err := api.AddPreShutdownHook("muster-step-down", ctl.stepDown); err != nil {
 		return err
 	}

@@ -29,6 +29,8 @@ type Hub struct {
 
 	mu      sync.Mutex
 	tunnels map[string]*tunnel
+	// closed: the server is shutting down; no tunnel is accepted.
+	closed bool
 }
 
 type tunnel struct {
@@ -56,6 +58,24 @@ var (
 type RefusedError struct{ Reason string }
 
 func (e *RefusedError) Error() string { return "the agent refused: " + e.Reason }
+
+// Close ends every tunnel and refuses new ones (503). A tunnel lasts as
+// long as its agent runs, so a server shutting down must end them itself:
+// its HTTP server waits for every request to finish, and waited for each
+// tunnel until its shutdown timeout. The agents reconnect to another
+// server, or to this one once it is back.
+func (h *Hub) Close() {
+	h.mu.Lock()
+	h.closed = true
+	open := make([]*tunnel, 0, len(h.tunnels))
+	for _, t := range h.tunnels {
+		open = append(open, t)
+	}
+	h.mu.Unlock()
+	for _, t := range open {
+		_ = t.sess.Close()
+	}
+}
 
 // Opened is when each tunnel this hub holds opened, by machine.
 func (h *Hub) Opened() map[string]time.Time {
@@ -104,8 +124,13 @@ func (h *Hub) Accept(w http.ResponseWriter, r *http.Request, name, uid string) {
 		return
 	}
 	h.mu.Lock()
-	old := h.tunnels[name]
+	old, closed := h.tunnels[name], h.closed
 	h.mu.Unlock()
+	if closed {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "this server is shutting down: the agent opens its tunnel to another server, or to this one once it is back", http.StatusServiceUnavailable)
+		return
+	}
 	if old != nil && time.Since(old.since) < h.minReopen {
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, fmt.Sprintf("machine %s opened its tunnel less than %s ago: reopening it so fast is refused; the agent retries by itself", name, h.minReopen), http.StatusTooManyRequests)
@@ -132,6 +157,13 @@ func (h *Hub) Accept(w http.ResponseWriter, r *http.Request, name, uid string) {
 	}
 	t := &tunnel{machine: name, uid: uid, sess: sess, since: time.Now(), streams: make(chan struct{}, max)}
 	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		conn.mu.Unlock()
+		_ = sess.Close()
+		http.Error(w, "this server is shutting down", http.StatusServiceUnavailable)
+		return
+	}
 	old = h.tunnels[name]
 	h.tunnels[name] = t
 	h.mu.Unlock()

@@ -320,3 +320,21 @@ func TestExecKilledWhenStreamEnds(t *testing.T) {
 		return err != nil || strings.Contains(string(b), ") Z ")
 	})
 }
+
+// A server shutting down ends its tunnels (its HTTP server would otherwise
+// wait for each until its shutdown timeout) and refuses new ones.
+func TestCloseEndsTunnels(t *testing.T) {
+	h := NewHub()
+	h.minReopen = 0
+	connect(t, h, "m1", Policy{})
+	h.mu.Lock()
+	first := h.tunnels["m1"]
+	h.mu.Unlock()
+	h.Close()
+	waitFor(t, func() bool { return first.sess.IsClosed() && !h.Connected("m1") })
+	w := httptest.NewRecorder()
+	h.Accept(w, httptest.NewRequest(http.MethodPost, Path, nil), "m2", "uid-m2")
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "shutting down") {
+		t.Fatalf("a tunnel opened during shutdown: %d %q, want 503", w.Code, w.Body.String())
+	}
+}
