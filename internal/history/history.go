@@ -67,14 +67,20 @@ type Writer struct {
 	PruneEvery time.Duration
 }
 
-// Record is one transition as stored.
+// Record is one transition as stored, and as the history subresources
+// serve it (internal/registry).
 type Record struct {
-	Kind, Name, UID         string
-	Seq                     int64
-	From, To, Event, Reason string
-	By                      string
-	At                      time.Time
-	Revision                int64
+	Kind     string    `json:"kind"`
+	Name     string    `json:"name"`
+	UID      string    `json:"uid"`
+	Seq      int64     `json:"seq"`
+	From     string    `json:"from"`
+	To       string    `json:"to"`
+	Event    string    `json:"event"`
+	Reason   string    `json:"reason,omitempty"`
+	By       string    `json:"by,omitempty"`
+	At       time.Time `json:"at"`
+	Revision int64     `json:"revision"`
 }
 
 // stored is what the writer reads of a stored object (JSON, see

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,8 +53,13 @@ func HistoryStorages(getters map[string]rest.Getter, read HistoryReader) map[str
 	return out
 }
 
-// New implements rest.Storage.
-func (r *HistoryREST) New() runtime.Object { return &api.Machine{} }
+// New implements rest.Storage: the object whose history this is.
+func (r *HistoryREST) New() runtime.Object {
+	if r.kind == "Cluster" {
+		return &api.Cluster{}
+	}
+	return &api.Machine{}
+}
 
 // Destroy implements rest.Storage.
 func (r *HistoryREST) Destroy() {}
@@ -66,26 +70,13 @@ func (r *HistoryREST) NewConnectOptions() (runtime.Object, bool, string) { retur
 // ConnectMethods implements rest.Connecter.
 func (r *HistoryREST) ConnectMethods() []string { return []string{http.MethodGet} }
 
-// HistoryEntry is one transition in a history answer.
-type HistoryEntry struct {
-	UID      string    `json:"uid"`
-	Seq      int64     `json:"seq"`
-	From     string    `json:"from"`
-	To       string    `json:"to"`
-	Event    string    `json:"event"`
-	Reason   string    `json:"reason,omitempty"`
-	By       string    `json:"by,omitempty"`
-	At       time.Time `json:"at"`
-	Revision int64     `json:"revision"`
-}
-
 // HistoryList is the answer: the object's kind and name, its transitions
 // oldest first, and whether older ones were left out (limit).
 type HistoryList struct {
-	Kind      string         `json:"kind"`
-	Name      string         `json:"name"`
-	Items     []HistoryEntry `json:"items"`
-	Truncated bool           `json:"truncated"`
+	Kind      string           `json:"kind"`
+	Name      string           `json:"name"`
+	Items     []history.Record `json:"items"`
+	Truncated bool             `json:"truncated"`
 }
 
 // Connect implements rest.Connecter. A name never seen and not stored is
@@ -118,12 +109,12 @@ func (r *HistoryREST) Connect(ctx context.Context, name string, _ runtime.Object
 				return
 			}
 		}
-		out := HistoryList{Kind: r.kind, Name: name, Items: []HistoryEntry{}}
+		out := HistoryList{Kind: r.kind, Name: name, Items: recs}
 		if len(recs) > limit {
-			recs, out.Truncated = recs[len(recs)-limit:], true
+			out.Items, out.Truncated = recs[len(recs)-limit:], true
 		}
-		for _, h := range recs {
-			out.Items = append(out.Items, HistoryEntry{UID: h.UID, Seq: h.Seq, From: h.From, To: h.To, Event: h.Event, Reason: h.Reason, By: h.By, At: h.At, Revision: h.Revision})
+		if out.Items == nil {
+			out.Items = []history.Record{}
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(out)
