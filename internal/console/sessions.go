@@ -114,26 +114,36 @@ func (s *Sessions) remember(cookie string, sess Session) {
 // Get returns the live session a cookie names: from this server's memory
 // if read in the last CacheFor, else from the datastore.
 func (s *Sessions) Get(ctx context.Context, cookie string) (Session, bool, error) {
-	id, secret, ok := parseCookie(cookie)
-	if !ok {
-		return Session{}, false, nil
+	if sess, ok := s.cached(cookie); ok {
+		return sess, true, nil
 	}
+	return s.read(ctx, cookie)
+}
+
+// cached is a session this server read in the last CacheFor.
+func (s *Sessions) cached(cookie string) (Session, bool) {
 	now := s.Now()
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	c, hit := s.cache[cookie]
 	if hit && (now.Sub(c.read) >= CacheFor || !now.Before(c.Expires)) {
 		delete(s.cache, cookie)
-		hit = false
+		return Session{}, false
 	}
-	s.mu.Unlock()
-	if hit {
-		return c.Session, true, nil
+	return c.Session, hit
+}
+
+// read checks a cookie against the datastore and remembers a live session.
+func (s *Sessions) read(ctx context.Context, cookie string) (Session, bool, error) {
+	id, secret, ok := parseCookie(cookie)
+	if !ok {
+		return Session{}, false, nil
 	}
 	rec, found, err := s.Store.Get(ctx, id)
 	if err != nil {
 		return Session{}, false, err
 	}
-	if !found || !jointoken.VerifySecret(rec.SecretHash, secret) || !now.Before(rec.Expires) {
+	if !found || !jointoken.VerifySecret(rec.SecretHash, secret) || !s.Now().Before(rec.Expires) {
 		return Session{}, false, nil
 	}
 	sess := Session{User: rec.User, Groups: rec.Groups, Expires: rec.Expires}
@@ -191,17 +201,18 @@ func (s *Sessions) AuthenticateRequest(r *http.Request) (*authenticator.Response
 	if _, _, ok := parseCookie(c.Value); !ok {
 		return nil, false, nil
 	}
-	s.mu.Lock()
-	_, hit := s.cache[c.Value]
-	s.mu.Unlock()
-	// A cookie this server has not read costs a datastore read: bounded
-	// per address, so made-up cookies cannot drive the datastore.
-	if !hit && s.allowed(r, "lookup", lookupRate, lookupBurst) > 0 {
-		return nil, false, nil
-	}
-	sess, ok, err := s.Get(r.Context(), c.Value)
-	if err != nil || !ok {
-		return nil, false, err
+	sess, ok := s.cached(c.Value)
+	if !ok {
+		// A cookie this server has not read costs a datastore read:
+		// bounded per address, so made-up cookies cannot drive the
+		// datastore.
+		if s.allowed(r, "lookup", lookupRate, lookupBurst) > 0 {
+			return nil, false, nil
+		}
+		var err error
+		if sess, ok, err = s.read(r.Context(), c.Value); err != nil || !ok {
+			return nil, false, err
+		}
 	}
 	return &authenticator.Response{User: &user.DefaultInfo{Name: sess.User, Groups: append([]string(nil), sess.Groups...)}}, true, nil
 }
