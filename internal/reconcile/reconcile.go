@@ -17,13 +17,25 @@ import (
 )
 
 // Loop runs one reconcile function: changes coalesce into one pending run,
-// so a burst of events costs one pass, not one per event.
+// so a burst of events costs one pass, not one per event. Passes are also
+// spaced: a pass reads the whole fleet from the cache, and a steady stream
+// of events (a registration storm changes each joining Machine several
+// times; creating 5,000 Machines is 5,000 events) would otherwise run
+// pass after pass, each over every Machine, for as long as the stream
+// lasts: 13% of the server's CPU while Machines were created at 1,000/s.
 type Loop struct {
-	kick chan struct{}
+	kick    chan struct{}
+	spacing time.Duration
 }
 
-// NewLoop returns a loop with nothing pending.
-func NewLoop() *Loop { return &Loop{kick: make(chan struct{}, 1)} }
+// PassSpacing is the least time from the start of one pass to the start
+// of the next that an event asks for: at most five passes a second
+// however fast the fleet changes, and a change waits at most this long
+// for its pass (beside the pass that may be running).
+const PassSpacing = 200 * time.Millisecond
+
+// NewLoop returns a loop with nothing pending, its passes PassSpacing apart.
+func NewLoop() *Loop { return &Loop{kick: make(chan struct{}, 1), spacing: PassSpacing} }
 
 // Poke asks for a pass; it never blocks.
 func (l *Loop) Poke() {
@@ -42,18 +54,36 @@ func (l *Loop) Handler() cache.ResourceEventHandler {
 	}
 }
 
-// Run calls pass at once, then after every poke and every resync, until
+// Run calls pass at once, then after every poke and every resync (no
+// sooner than the loop's spacing after the previous pass began), until
 // ctx ends.
 func (l *Loop) Run(ctx context.Context, resync time.Duration, pass func(context.Context)) {
 	t := time.NewTicker(resync)
 	defer t.Stop()
 	for {
+		began := time.Now()
+		// Pokes until now are seen by this pass, which reads the cache
+		// as it is now: they ask for nothing more.
+		select {
+		case <-l.kick:
+		default:
+		}
 		pass(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-l.kick:
 		case <-t.C:
+		}
+		if wait := l.spacing - time.Since(began); wait > 0 {
+			// Pokes meanwhile coalesce into the pass that follows.
+			spaced := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				spaced.Stop()
+				return
+			case <-spaced.C:
+			}
 		}
 	}
 }

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -31,6 +32,36 @@ func TestLoopCoalescesPokes(t *testing.T) {
 	}
 	cancel()
 	close(release)
+}
+
+// A steady stream of events runs passes no closer than the spacing, and
+// the last event of the stream still gets its pass.
+func TestLoopSpacesPasses(t *testing.T) {
+	l := NewLoop()
+	l.spacing = 50 * time.Millisecond
+	var passes atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go l.Run(ctx, time.Hour, func(context.Context) { passes.Add(1) })
+	const stream = 500 * time.Millisecond
+	for end := time.Now().Add(stream); time.Now().Before(end); {
+		l.Poke()
+		time.Sleep(time.Millisecond)
+	}
+	// However slow the machine, passes cannot come closer than the
+	// spacing: the first at once, then at most one per spacing.
+	if n, most := passes.Load(), int64(stream/l.spacing)+2; n > most {
+		t.Errorf("%d passes during %s of events, want at most %d (one per %s)", n, stream, most, l.spacing)
+	}
+	after := passes.Load()
+	l.Poke()
+	deadline := time.Now().Add(5 * time.Second)
+	for passes.Load() == after {
+		if time.Now().After(deadline) {
+			t.Fatal("a poke after the stream got no pass")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func TestLoopResyncs(t *testing.T) {

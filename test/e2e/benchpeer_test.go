@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -186,6 +187,8 @@ func (tg *benchTarget) cpu() float64 {
 // records operations per second and the server's CPU per operation.
 func (tg *benchTarget) rate(t *testing.T, what string, n, clients int, op func(i int) error) {
 	t.Helper()
+	profiled := tg.profile(t, what)
+	defer profiled()
 	cpu0, start := tg.cpu(), time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -210,6 +213,30 @@ func (tg *benchTarget) rate(t *testing.T, what string, n, clients int, op func(i
 	}
 	tg.set(what+", per s", float64(n)/elapsed.Seconds())
 	tg.set(what+", server CPU ms per op", (tg.cpu()-cpu0)*1000/float64(n))
+}
+
+// profile, when MUSTER_BENCH_PEER_PROFILE names a directory, takes a
+// 3-second CPU profile of muster while a phase runs, into
+// DIR/<phase>.pprof, to see where its CPU per operation goes
+// (go tool pprof -top bin/muster-server DIR/create.pprof). The returned
+// func waits for it.
+func (tg *benchTarget) profile(t *testing.T, what string) func() {
+	dir := os.Getenv("MUSTER_BENCH_PEER_PROFILE")
+	if dir == "" || tg.name != "Muster" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		raw, err := tg.cs.Discovery().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "3").DoRaw(context.Background())
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, strings.ReplaceAll(what, " ", "-")+".pprof"), raw, 0o644)
+		}
+		if err != nil {
+			t.Logf("profiling %s: %v", what, err)
+		}
+	}()
+	return func() { <-done }
 }
 
 // latency records the median of three runs of op, in milliseconds.
