@@ -55,10 +55,11 @@ type Server struct {
 	Forwarding *Forwarding
 }
 
-// ServeHTTP is tunnel.Path. The handler chain has authenticated and
-// authorized the caller (internal/apiserver allows only a machine whose
-// Machine exists and is not being deleted); it also ends the request when
-// the Machine is deleted, which closes the tunnel.
+// ServeHTTP is tunnel.Path. internal/apiserver serves it ahead of the
+// handler chain, having authenticated and authorized the caller as the
+// chain would (it allows only a machine whose Machine exists and is not
+// being deleted); it also ends the request when the Machine is deleted,
+// which closes the tunnel.
 func (h *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u, _ := request.UserFrom(r.Context())
 	name, uid, ok := caller.Machine(u)
