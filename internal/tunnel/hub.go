@@ -149,7 +149,11 @@ func (h *Hub) Accept(w http.ResponseWriter, r *http.Request, name, uid string) {
 	// Nothing is written to the tunnel before the response's header: a
 	// stream opened the moment the tunnel is registered waits for it.
 	conn.mu.Lock()
-	sess, err := yamux.Client(conn, hubMuxConfig())
+	max := h.MaxStreams
+	if max <= 0 {
+		max = DefaultMaxStreams
+	}
+	sess, err := yamux.Client(conn, hubMuxConfig(max))
 	if err != nil {
 		conn.mu.Unlock()
 		klog.ErrorS(err, "Cannot start a tunnel's multiplexer", "machine", name)
@@ -160,10 +164,6 @@ func (h *Hub) Accept(w http.ResponseWriter, r *http.Request, name, uid string) {
 		silent = true
 		_ = sess.Close()
 	})
-	max := h.MaxStreams
-	if max <= 0 {
-		max = DefaultMaxStreams
-	}
 	t := &tunnel{machine: name, uid: uid, sess: sess, since: time.Now(), streams: make(chan struct{}, max)}
 	h.mu.Lock()
 	if h.closed {

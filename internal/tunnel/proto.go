@@ -235,8 +235,15 @@ const silentTunnelTimeout = 2*keepAliveInterval + 5*time.Second
 // their absence for silentTunnelTimeout ends the tunnel (serverConn), as
 // an unanswered ping of the server's did. A keepalive is a goroutine per
 // tunnel, for the life of the tunnel; watching for silence is a timer.
-func hubMuxConfig() *yamux.Config {
+//
+// Its backlog is the streams the hub lets a tunnel carry (maxStreams): it
+// bounds the streams the server has opened and the agent not yet
+// accepted, which the hub's own cap bounds already, and the agent's
+// streams waiting to be accepted, which the server never accepts. The
+// default of 256 was a 2 KiB channel per tunnel for nothing.
+func hubMuxConfig(maxStreams int) *yamux.Config {
 	c := muxConfig()
 	c.EnableKeepAlive = false
+	c.AcceptBacklog = maxStreams
 	return c
 }
