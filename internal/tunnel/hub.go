@@ -169,6 +169,7 @@ func (h *Hub) Accept(w http.ResponseWriter, r *http.Request, name, uid string) {
 	if h.closed {
 		h.mu.Unlock()
 		conn.mu.Unlock()
+		stopWatch()
 		_ = sess.Close()
 		http.Error(w, "this server is shutting down", http.StatusServiceUnavailable)
 		return
