@@ -77,7 +77,7 @@ func (h *Server) Connect(subresource string, m *api.Machine, who user.Info, w ht
 	if f := h.Forwarding; f != nil && r.Header.Get(ForwardedHeader) == "" {
 		// Another server's tunnel, if this one holds none, or if that one
 		// is newer: the agent moved there, and this one's is dead but not
-		// yet noticed (keepalives take up to ~35 s).
+		// yet noticed (it takes up to ~45 s of silence from the agent).
 		local, here := h.Hub.OpenedAt(m.Name)
 		if address, opened, ok := f.Locate(m.Name); ok && (!here || opened.After(local.Add(staleSlack))) {
 			f.forward(address, m, who, w, r)
