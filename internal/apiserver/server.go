@@ -38,7 +38,6 @@ import (
 	"github.com/muster-io/muster/internal/events"
 	"github.com/muster-io/muster/internal/generated/openapi"
 	"github.com/muster-io/muster/internal/registry"
-	"github.com/muster-io/muster/internal/tunnel"
 	"github.com/muster-io/muster/internal/tunnel/serve"
 	"github.com/muster-io/muster/internal/watchcache"
 	"github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
@@ -172,16 +171,12 @@ func New(cfg Config) (*Server, error) {
 	// (clients re-watch elsewhere) instead of holding the shutdown for the
 	// full request timeout.
 	rc.ShutdownWatchTerminationGracePeriod = 2 * time.Second
-	// A tunnel lasts as long as its agent runs, and an exec, a
-	// port-forward or a log as long as the user keeps it: none of them may
-	// be cut by the request timeout or count against the in-flight limits
-	// (which would let a few hundred tunnels starve every other request).
-	// The tunnel is bounded instead by one per machine; its streams by
-	// tunnel.DefaultMaxStreams.
-	longRunning := genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"), sets.NewString("exec", "portforward", "log"))
-	rc.LongRunningFunc = func(r *http.Request, info *request.RequestInfo) bool {
-		return (r.URL.Path == tunnel.Path && cfg.Tunnels != nil) || longRunning(r, info)
-	}
+	// An exec, a port-forward or a log lasts as long as the user keeps it:
+	// none may be cut by the request timeout or count against the
+	// in-flight limits. Its tunnel's streams are bounded instead by
+	// tunnel.DefaultMaxStreams. (The tunnels themselves are served ahead
+	// of the chain: withTunnels.)
+	rc.LongRunningFunc = genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"), sets.NewString("exec", "portforward", "log"))
 	observe := cfg.ObserveCaller
 	gate := &credentialGate{tokens: cfg.Tokens, agents: cfg.Agents, failures: newFailureLimiter(AuthFailureLimit, AuthFailureWindow), hold: credentialHold,
 		recheck: unknownTokenRecheck, rechecking: make(chan struct{}, maxRechecking)}
@@ -201,7 +196,12 @@ func New(cfg Config) (*Server, error) {
 				inner.ServeHTTP(w, r)
 			})
 		}
-		return gate.wrap(withHeartbeats(genericapiserver.DefaultBuildHandlerChain(h, c), c, observe))
+		front := newAheadOfChain(c)
+		h = withHeartbeats(genericapiserver.DefaultBuildHandlerChain(h, c), front, observe)
+		if cfg.Tunnels != nil {
+			h = withTunnels(h, cfg.Tunnels, front, cfg.Agents, observe)
+		}
+		return gate.wrap(h)
 	}
 
 	serving := genericoptions.NewSecureServingOptions()
@@ -313,9 +313,6 @@ func New(cfg Config) (*Server, error) {
 		h := driversHandler{drivers: cfg.Drivers}
 		generic.Handler.NonGoRestfulMux.Handle(DriversPath, h)
 		generic.Handler.NonGoRestfulMux.HandlePrefix(DriversPath+"/", h)
-	}
-	if cfg.Tunnels != nil {
-		generic.Handler.NonGoRestfulMux.Handle(tunnel.Path, cfg.Tunnels)
 	}
 	for path, h := range cfg.PeerHandlers {
 		generic.Handler.NonGoRestfulMux.Handle(path, h)

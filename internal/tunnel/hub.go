@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -22,6 +23,9 @@ type Hub struct {
 	// replyTimeout bounds how long an agent may take to accept or refuse
 	// a stream.
 	replyTimeout time.Duration
+	// silentTimeout is how long an agent may send nothing on its tunnel
+	// (not even a keepalive) before the tunnel is taken for dead.
+	silentTimeout time.Duration
 	// minReopen is how long a machine's tunnel must have lived before a
 	// new one may replace it: an agent (or a stolen certificate) opening
 	// tunnels in a loop gets 429s instead of churning the server.
@@ -43,7 +47,7 @@ type tunnel struct {
 
 // NewHub returns an empty hub.
 func NewHub() *Hub {
-	return &Hub{tunnels: map[string]*tunnel{}, replyTimeout: 15 * time.Second, minReopen: time.Second}
+	return &Hub{tunnels: map[string]*tunnel{}, replyTimeout: 15 * time.Second, silentTimeout: silentTunnelTimeout, minReopen: time.Second}
 }
 
 // Errors of Open; the HTTP side maps them to status codes.
@@ -141,25 +145,31 @@ func (h *Hub) Accept(w http.ResponseWriter, r *http.Request, name, uid string) {
 	// HTTP/2 (what the agent speaks) is full-duplex already.
 	_ = rc.EnableFullDuplex()
 	w.Header().Set("Content-Type", "application/octet-stream")
-	conn := &serverConn{body: r.Body, w: w, rc: rc}
+	conn := newServerConn(r.Body, w, rc)
 	// Nothing is written to the tunnel before the response's header: a
 	// stream opened the moment the tunnel is registered waits for it.
 	conn.mu.Lock()
-	sess, err := yamux.Client(conn, muxConfig())
+	max := h.MaxStreams
+	if max <= 0 {
+		max = DefaultMaxStreams
+	}
+	sess, err := yamux.Client(conn, hubMuxConfig(max))
 	if err != nil {
 		conn.mu.Unlock()
 		klog.ErrorS(err, "Cannot start a tunnel's multiplexer", "machine", name)
 		return
 	}
-	max := h.MaxStreams
-	if max <= 0 {
-		max = DefaultMaxStreams
-	}
+	silent := false
+	stopWatch := conn.endWhenSilent(h.silentTimeout, func() {
+		silent = true
+		_ = sess.Close()
+	})
 	t := &tunnel{machine: name, uid: uid, sess: sess, since: time.Now(), streams: make(chan struct{}, max)}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
 		conn.mu.Unlock()
+		stopWatch()
 		_ = sess.Close()
 		http.Error(w, "this server is shutting down", http.StatusServiceUnavailable)
 		return
@@ -186,6 +196,10 @@ func (h *Hub) Accept(w http.ResponseWriter, r *http.Request, name, uid string) {
 	case <-r.Context().Done():
 	}
 	_ = sess.Close()
+	if !stopWatch() && silent {
+		klog.InfoS("Tunnel closed: nothing came from the agent, not even a keepalive; its connection is taken for dead (the agent reconnects by itself once it can)",
+			"machine", name, "silentFor", h.silentTimeout)
+	}
 	h.mu.Lock()
 	if h.tunnels[name] == t {
 		delete(h.tunnels, name)
@@ -202,9 +216,46 @@ type serverConn struct {
 	rc   *http.ResponseController
 	mu   sync.Mutex
 	done bool
+	// opened and heard (since opened, on the monotonic clock) tell how
+	// long the agent has been silent.
+	opened time.Time
+	heard  atomic.Int64
 }
 
-func (c *serverConn) Read(p []byte) (int, error) { return c.body.Read(p) }
+func newServerConn(body io.ReadCloser, w io.Writer, rc *http.ResponseController) *serverConn {
+	return &serverConn{body: body, w: w, rc: rc, opened: time.Now()}
+}
+
+func (c *serverConn) Read(p []byte) (int, error) {
+	n, err := c.body.Read(p)
+	if n > 0 {
+		c.heard.Store(int64(time.Since(c.opened)))
+	}
+	return n, err
+}
+
+// endWhenSilent calls end once nothing has been read for d; stop reports
+// whether it stopped the watch before end was called.
+func (c *serverConn) endWhenSilent(d time.Duration, end func()) (stop func() bool) {
+	var mu sync.Mutex
+	var t *time.Timer
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(d, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if silent := time.Since(c.opened) - time.Duration(c.heard.Load()); silent < d {
+			t.Reset(d - silent)
+			return
+		}
+		end()
+	})
+	return func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return t.Stop()
+	}
+}
 
 func (c *serverConn) Write(p []byte) (int, error) {
 	c.mu.Lock()

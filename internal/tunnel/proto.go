@@ -203,12 +203,17 @@ func ExitCode(payload []byte) (int, error) {
 // ExecContentType is the media type of an exec's framed output.
 const ExecContentType = "application/vnd.muster.exec-frames"
 
-// muxConfig is yamux's configuration on both ends. Keepalives find a
-// tunnel whose connection died silently (a NAT dropping it) within a
-// minute, so the agent reconnects and the server stops offering it.
+// keepAliveInterval is how often the agent pings the server through its
+// tunnel.
+const keepAliveInterval = 20 * time.Second
+
+// muxConfig is yamux's configuration on both ends. The agent's keepalives
+// find a tunnel whose connection died silently (a NAT dropping it) within
+// a minute, so the agent reconnects; the server finds it by their absence
+// (hubMuxConfig) and stops offering it.
 func muxConfig() *yamux.Config {
 	c := yamux.DefaultConfig()
-	c.KeepAliveInterval = 20 * time.Second
+	c.KeepAliveInterval = keepAliveInterval
 	c.ConnectionWriteTimeout = 15 * time.Second
 	c.StreamOpenTimeout = 15 * time.Second
 	// A stream may have this much in flight before the other end reads:
@@ -217,5 +222,28 @@ func muxConfig() *yamux.Config {
 	c.MaxStreamWindowSize = 1 << 20
 	c.LogOutput = io.Discard
 	c.Logger = nil
+	return c
+}
+
+// silentTunnelTimeout is how long the server waits without a byte from
+// an agent before it takes its tunnel for dead: two of its keepalives,
+// and slack for a third that is late.
+const silentTunnelTimeout = 2*keepAliveInterval + 5*time.Second
+
+// hubMuxConfig is yamux's configuration on the server's end. It sends no
+// keepalives of its own: the agent's arrive every keepAliveInterval, and
+// their absence for silentTunnelTimeout ends the tunnel (serverConn), as
+// an unanswered ping of the server's did. A keepalive is a goroutine per
+// tunnel, for the life of the tunnel; watching for silence is a timer.
+//
+// Its backlog is the streams the hub lets a tunnel carry (maxStreams): it
+// bounds the streams the server has opened and the agent not yet
+// accepted, which the hub's own cap bounds already, and the agent's
+// streams waiting to be accepted, which the server never accepts. The
+// default of 256 was a 2 KiB channel per tunnel for nothing.
+func hubMuxConfig(maxStreams int) *yamux.Config {
+	c := muxConfig()
+	c.EnableKeepAlive = false
+	c.AcceptBacklog = maxStreams
 	return c
 }

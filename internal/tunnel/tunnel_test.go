@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/yamux"
 )
 
 func TestFrames(t *testing.T) {
@@ -336,5 +338,49 @@ func TestCloseEndsTunnels(t *testing.T) {
 	h.Accept(w, httptest.NewRequest(http.MethodPost, Path, nil), "m2", "uid-m2")
 	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "shutting down") {
 		t.Fatalf("a tunnel opened during shutdown: %d %q, want 503", w.Code, w.Body.String())
+	}
+}
+
+// The hub sends no keepalives of its own: an agent that keeps sending
+// its own keeps its tunnel, and one that falls silent (its connection
+// died where neither end saw it) loses it, so that the server stops
+// offering a machine it cannot reach.
+func TestSilentTunnelEnds(t *testing.T) {
+	h := NewHub()
+	h.silentTimeout = 300 * time.Millisecond
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.Accept(w, r, r.URL.Query().Get("m"), "uid")
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	agent := func(machine string, keepAlive bool) {
+		pr, pw := io.Pipe()
+		t.Cleanup(func() { _ = pw.Close() })
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+Path+"?m="+machine, pr)
+		resp, err := srv.Client().Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("opening %s's tunnel: %v %v", machine, resp, err)
+		}
+		t.Cleanup(func() { _ = resp.Body.Close() })
+		cfg := muxConfig()
+		cfg.EnableKeepAlive = keepAlive
+		cfg.KeepAliveInterval = 50 * time.Millisecond
+		sess, err := yamux.Server(&clientConn{r: resp.Body, w: pw}, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sess.Close() })
+		go func() { _ = (&Client{}).Serve(context.Background(), sess) }()
+	}
+	agent("alive", true)
+	agent("silent", false)
+	waitFor(t, func() bool { return !h.Connected("silent") })
+	time.Sleep(3 * h.silentTimeout)
+	if !h.Connected("alive") {
+		t.Fatal("the hub ended the tunnel of an agent that sends its keepalives")
+	}
+	if s, err := h.Open(context.Background(), "alive", Request{Kind: KindLog}); !errors.As(err, new(*RefusedError)) {
+		t.Fatalf("a stream on the live tunnel: %v %v; want the agent's refusal (it keeps no log)", s, err)
 	}
 }

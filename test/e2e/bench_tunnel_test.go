@@ -42,8 +42,9 @@ func benchAgents() int {
 // without their tunnels (the real agent's tunnel code); once all are
 // connected (and every tunnel open), the server's and the simulator's
 // RSS, the server's goroutines and both processes' CPU over 20 idle
-// seconds. The difference of the two runs, divided by N, is the cost of
-// one idle tunnel.
+// seconds, then the server's goroutine stacks and live heap. The
+// difference of the two runs, divided by N, is the cost of one idle
+// tunnel.
 func BenchmarkTunnelIdle(b *testing.B) {
 	n := benchAgents()
 	for _, tunnels := range []bool{false, true} {
@@ -70,6 +71,12 @@ func BenchmarkTunnelIdle(b *testing.B) {
 				b.ReportMetric(float64(rssKiB(s.cmd.Process.Pid))/1024, "server-MiB-RSS")
 				b.ReportMetric(float64(rssKiB(sim.cmd.Process.Pid))/1024, "sim-MiB-RSS")
 				b.ReportMetric(metricValue(b, s, "go_goroutines"), "server-goroutines")
+				// Where the memory goes, without the collector's headroom:
+				// goroutine stacks and the heap live right after a collection
+				// (the profile's gc=1 forces one), read last as it moves RSS.
+				adminRequest(b, s, http.MethodGet, "/debug/pprof/heap?gc=1")
+				b.ReportMetric(metricValue(b, s, "go_memstats_stack_inuse_bytes")/(1<<20), "server-MiB-stacks")
+				b.ReportMetric(metricValue(b, s, "go_memstats_heap_alloc_bytes")/(1<<20), "server-MiB-live-heap")
 				sim.kill()
 				s.stop()
 			}

@@ -55,10 +55,11 @@ type Server struct {
 	Forwarding *Forwarding
 }
 
-// ServeHTTP is tunnel.Path. The handler chain has authenticated and
-// authorized the caller (internal/apiserver allows only a machine whose
-// Machine exists and is not being deleted); it also ends the request when
-// the Machine is deleted, which closes the tunnel.
+// ServeHTTP is tunnel.Path. internal/apiserver serves it ahead of the
+// handler chain, having authenticated and authorized the caller as the
+// chain would (it allows only a machine whose Machine exists and is not
+// being deleted); it also ends the request when the Machine is deleted,
+// which closes the tunnel.
 func (h *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u, _ := request.UserFrom(r.Context())
 	name, uid, ok := caller.Machine(u)
@@ -76,7 +77,7 @@ func (h *Server) Connect(subresource string, m *api.Machine, who user.Info, w ht
 	if f := h.Forwarding; f != nil && r.Header.Get(ForwardedHeader) == "" {
 		// Another server's tunnel, if this one holds none, or if that one
 		// is newer: the agent moved there, and this one's is dead but not
-		// yet noticed (keepalives take up to ~35 s).
+		// yet noticed (it takes up to ~45 s of silence from the agent).
 		local, here := h.Hub.OpenedAt(m.Name)
 		if address, opened, ok := f.Locate(m.Name); ok && (!here || opened.After(local.Add(staleSlack))) {
 			f.forward(address, m, who, w, r)

@@ -1,0 +1,52 @@
+package apiserver
+
+import (
+	"net/http"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/muster-io/muster/internal/tunnel"
+)
+
+// withTunnels serves the agents' tunnels (POST tunnel.Path) ahead of the
+// apiserver's handler chain. A tunnel is a request that lasts as long as
+// its agent runs; through the chain it held, for every agent, the chain's
+// deep stack twice over (APIServingWithRoutine serves a long-running
+// request on a goroutine of its own while the first one waits) and what
+// the chain's filters keep for a request's life. Here it holds one shallow
+// goroutine.
+//
+// What the chain did that matters for a tunnel is done here too: the
+// caller is authenticated and authorized by the chain's own authenticator
+// and authorizer (only a machine whose Machine exists and is not being
+// deleted is allowed), it counts as heard (observe), and the request is
+// bound to its Machine's UID (withAgentRequests), so that deleting the
+// Machine ends it and with it the tunnel. The credential gate stays
+// outside; a tunnel was never bounded by the request timeout or the
+// in-flight limits (one per machine bounds them) and the hub itself ends
+// them all at shutdown. Everything else goes to next.
+func withTunnels(next, tunnels http.Handler, front aheadOfChain, agents *AgentAuthorizer, observe func(user.Info)) http.Handler {
+	tunnels = withAgentRequests(tunnels, agents, front.refuse)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != tunnel.Path {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.Method != http.MethodPost {
+			front.refuse(w, r, apierrors.NewMethodNotSupported(schema.GroupResource{Resource: "tunnel"}, r.Method))
+			return
+		}
+		u, err := front.admit(r, "a tunnel needs the machine certificate the agent was granted")
+		if err != nil {
+			front.refuse(w, r, err)
+			return
+		}
+		if observe != nil {
+			observe(u)
+		}
+		tunnels.ServeHTTP(w, r.WithContext(request.WithUser(r.Context(), u)))
+	})
+}
