@@ -31,7 +31,8 @@ func WriteConcurrency(backend string) int {
 const txnMethod = "/etcdserverpb.KV/Txn"
 
 // grpcServer is kine's gRPC server as kine itself would build it (the
-// options of its pkg/endpoint), plus the write limit.
+// options of its pkg/endpoint), plus the write limit and progress
+// notifications addressed per watch (progressPerWatch).
 func grpcServer(writes int) *grpc.Server {
 	slots := make(chan struct{}, writes)
 	limit := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -53,5 +54,6 @@ func grpcServer(writes int) *grpc.Server {
 		grpc.MaxRecvMsgSize(int(embed.DefaultMaxRequestBytes)+512*1024),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.UnaryInterceptor(limit),
+		grpc.StreamInterceptor(progressPerWatch),
 	)
 }
