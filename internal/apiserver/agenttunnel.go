@@ -3,8 +3,6 @@ package apiserver
 import (
 	"net/http"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
@@ -30,23 +28,11 @@ import (
 // them all at shutdown. Everything else goes to next.
 func withTunnels(next, tunnels http.Handler, front aheadOfChain, agents *AgentAuthorizer, observe func(user.Info)) http.Handler {
 	tunnels = withAgentRequests(tunnels, agents, front.refuse)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != tunnel.Path {
-			next.ServeHTTP(w, r)
-			return
-		}
-		if r.Method != http.MethodPost {
-			front.refuse(w, r, apierrors.NewMethodNotSupported(schema.GroupResource{Resource: "tunnel"}, r.Method))
-			return
-		}
-		u, err := front.admit(r, "a tunnel needs the machine certificate the agent was granted")
-		if err != nil {
-			front.refuse(w, r, err)
-			return
-		}
-		if observe != nil {
-			observe(u)
-		}
-		tunnels.ServeHTTP(w, r.WithContext(request.WithUser(r.Context(), u)))
-	})
+	return front.route(next, aheadRoute{
+		path: tunnel.Path, method: http.MethodPost, resource: "tunnel",
+		needs: "a tunnel needs the machine certificate the agent was granted",
+		serve: func(w http.ResponseWriter, r *http.Request, u user.Info) {
+			tunnels.ServeHTTP(w, r.WithContext(request.WithUser(r.Context(), u)))
+		},
+	}, observe)
 }

@@ -56,3 +56,40 @@ func (a aheadOfChain) admit(r *http.Request, needs string) (user.Info, error) {
 func (a aheadOfChain) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	responsewriters.ErrorNegotiated(err, a.serializer, schema.GroupVersion{}, w, r)
 }
+
+// aheadRoute is one kind of request served ahead of the chain.
+type aheadRoute struct {
+	path, method string
+	// resource names the request in a 405, needs the credential in a 401.
+	resource, needs string
+	// refused, if set, is told of every refusal (for a metric).
+	refused func(error)
+	serve   func(http.ResponseWriter, *http.Request, user.Info)
+}
+
+// route serves rt's requests, once admitted and observed (the caller is
+// heard), ahead of the chain; everything else goes to next.
+func (a aheadOfChain) route(next http.Handler, rt aheadRoute, observe func(user.Info)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != rt.path {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.Method != rt.method {
+			a.refuse(w, r, apierrors.NewMethodNotSupported(schema.GroupResource{Resource: rt.resource}, r.Method))
+			return
+		}
+		u, err := a.admit(r, rt.needs)
+		if err != nil {
+			if rt.refused != nil {
+				rt.refused(err)
+			}
+			a.refuse(w, r, err)
+			return
+		}
+		if observe != nil {
+			observe(u)
+		}
+		rt.serve(w, r, u)
+	})
+}

@@ -4,7 +4,6 @@ import (
 	"net/http"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/muster-io/muster/internal/metrics"
@@ -20,27 +19,17 @@ import (
 // authorizer as any request, so a voided certificate is refused here too;
 // everything else goes to next.
 func withHeartbeats(next http.Handler, front aheadOfChain, observe func(user.Info)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != v1alpha1.HeartbeatPath {
-			next.ServeHTTP(w, r)
-			return
-		}
-		if r.Method != http.MethodGet {
-			front.refuse(w, r, apierrors.NewMethodNotSupported(schema.GroupResource{Resource: "heartbeat"}, r.Method))
-			return
-		}
-		u, err := front.admit(r, "a heartbeat needs the machine certificate the agent was granted")
-		if err != nil {
+	return front.route(next, aheadRoute{
+		path: v1alpha1.HeartbeatPath, method: http.MethodGet, resource: "heartbeat",
+		needs: "a heartbeat needs the machine certificate the agent was granted",
+		refused: func(err error) {
 			if !apierrors.IsInternalError(err) {
 				metrics.Heartbeat(metrics.HeartbeatRefused)
 			}
-			front.refuse(w, r, err)
-			return
-		}
-		if observe != nil {
-			observe(u)
-		}
-		metrics.Heartbeat(metrics.HeartbeatAccepted)
-		w.WriteHeader(http.StatusNoContent)
-	})
+		},
+		serve: func(w http.ResponseWriter, _ *http.Request, _ user.Info) {
+			metrics.Heartbeat(metrics.HeartbeatAccepted)
+			w.WriteHeader(http.StatusNoContent)
+		},
+	}, observe)
 }
