@@ -55,7 +55,7 @@ echo "idle: $idle MiB RSS, $(awk -v d=$((c1 - c0)) -v hz="$hz" 'BEGIN{printf "%.
 kill -9 "$pid"; wait "$pid" 2>/dev/null || true
 t0=$(date +%s.%N)
 start
-peak=0 heard="" watches="" tunnels="" r0="" answered=""
+peak=0 heard="" watches="" tunnels="" r0="" answered="" profiling=""
 cpu0=$(ticks)
 while [ "$(awk -v t0="$t0" -v now="$(date +%s.%N)" 'BEGIN{print int(now - t0)}')" -lt "$watch" ]; do
   r=$(rss); [ "${r:-0}" -gt "$peak" ] && peak=$r
@@ -68,6 +68,7 @@ while [ "$(awk -v t0="$t0" -v now="$(date +%s.%N)" 'BEGIN{print int(now - t0)}')
       if [ -n "${PROFILE:-}" ]; then # a 20 s CPU profile from the moment the server answers
         curl -sf --cacert "$work/data/tls/ca.crt" --cert "$work/data/tls/admin.crt" --key "$work/data/tls/admin.key" \
           "https://127.0.0.1:$port/debug/pprof/profile?seconds=20" -o "$PROFILE" &
+        profiling=$!
       fi
     fi
     [ -z "$heard" ] && [ "$c" -ge "$total" ] && heard=$at
@@ -84,3 +85,4 @@ echo "restart -> every agent heard: ${heard:-not within ${watch} s} s; every pla
 echo "restart: RSS peak $peak MiB ($(awk -v p="$peak" -v i="$idle" 'BEGIN{printf "%.2f", p/i}')x idle), $cpu cores on average"
 for s in $(seq "$sims"); do grep -h "timed out\|errors" "$work/sim$s.log" | tail -2; done
 awk 'NR <= 3 || NR % 10 == 0' "$work/restart.log"; tail -1 "$work/restart.log"
+if [ -n "$profiling" ]; then wait "$profiling" && echo "CPU profile: $PROFILE" || echo "no CPU profile"; fi

@@ -619,7 +619,7 @@ func clusterEvent(phase api.ClusterPhase, checkedIn, degraded bool) (event, reas
 
 // finalizeCluster takes a deleted cluster to Deleting, revokes the join
 // tokens bound to it, deletes its machine pools and machines (each drained
-// first, see finalize), and lets it go once none of its machines is left.
+// first, see finalize), and lets it go once none of its machines or pools is left.
 func (c *Controller) finalizeCluster(ctx context.Context, cl *api.Cluster) error {
 	if !slices.Contains(cl.Finalizers, api.ClusterLifecycleFinalizer) {
 		return nil
@@ -660,8 +660,13 @@ func (c *Controller) finalizeCluster(ctx context.Context, cl *api.Cluster) error
 	if err != nil {
 		return err
 	}
+	ownPools := 0
 	for _, p := range pools.Items {
-		if p.Spec.Cluster != cl.Name || p.DeletionTimestamp != nil {
+		if p.Spec.Cluster != cl.Name {
+			continue
+		}
+		ownPools++
+		if p.DeletionTimestamp != nil {
 			continue
 		}
 		if err := c.client.MusterV1alpha1().MachinePools().Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
@@ -693,6 +698,13 @@ func (c *Controller) finalizeCluster(ctx context.Context, cl *api.Cluster) error
 			_, err := clusters.UpdateStatus(ctx, next, metav1.UpdateOptions{})
 			return err
 		}
+		return nil
+	}
+	if ownPools > 0 {
+		// A pool goes once it has removed its machines' hosts
+		// (internal/pool); nothing of the cluster may outlive it, and a
+		// pool's deletion is no event of this queue: look again shortly.
+		c.clusterQ.AddAfter(cl.Name, time.Second)
 		return nil
 	}
 	next := cl.DeepCopy()
