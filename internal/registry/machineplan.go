@@ -198,6 +198,10 @@ func validatePlanSpec(p *api.MachinePlan) field.ErrorList {
 			count(pr.HTTPGet.URL)
 			if len(pr.HTTPGet.URL) > maxURLBytes {
 				errs = append(errs, field.TooLong(pp.Child("httpGet", "url"), "", maxURLBytes))
+			} else if !utf8.ValidString(pr.HTTPGet.URL) {
+				// JSON would store U+FFFD in place of the bad bytes: the
+				// plan would not be the one that was validated.
+				errs = append(errs, field.Invalid(pp.Child("httpGet", "url"), pr.HTTPGet.URL, "must be valid UTF-8; percent-encode other bytes (%AD)"))
 			} else if u, err := url.Parse(pr.HTTPGet.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				errs = append(errs, field.Invalid(pp.Child("httpGet", "url"), pr.HTTPGet.URL, "must be an http:// or https:// URL"))
 			}
