@@ -96,8 +96,15 @@ spec:
 			return false
 		}
 		pub = strings.TrimSpace(string(b))
-		out, _ := s.kubectl("get", "machines", "-l", "muster.io/pool=lab", "-o", "jsonpath={.items[*].status.phase}|{.items[*].status.message}")
-		return strings.HasPrefix(out, "Failed|") && strings.Contains(out, "authorized_keys") && strings.Contains(out, pub)
+		// One line per machine: a failed one may already have its
+		// replacement beside it (unhealthyTimeout is 1 s).
+		out, _ := s.kubectl("get", "machines", "-l", "muster.io/pool=lab", "-o", `jsonpath={range .items[*]}{.status.phase}|{.status.message}{"\n"}{end}`)
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "Failed|") && strings.Contains(line, "authorized_keys") && strings.Contains(line, pub) {
+				return true
+			}
+		}
+		return false
 	})
 	if fi, err := os.Stat(strings.TrimSuffix(pubFile, ".pub")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("the server's SSH private key: %v %v, want mode 0600", err, fi)
