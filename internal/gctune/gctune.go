@@ -56,8 +56,10 @@ type Tuner struct {
 
 	idle  bool
 	quiet int
-	// set sets the target (debug.SetGCPercent; tests record it instead).
-	set func(percent int)
+	// set sets the target and free returns freed heap to the kernel
+	// (debug.SetGCPercent, debug.FreeOSMemory; tests record instead).
+	set  func(percent int)
+	free func()
 }
 
 // New returns a tuner with the defaults, its thresholds scaled to the
@@ -96,9 +98,12 @@ func (t *Tuner) Step(cores float64) (percent int, changed bool) {
 // Run sets the busy target, then samples the process's CPU time every
 // Interval and sets the target Step chooses, until ctx ends.
 func (t *Tuner) Run(ctx context.Context) {
-	set := t.set
+	set, free := t.set, t.free
 	if set == nil {
 		set = func(percent int) { debug.SetGCPercent(percent) }
+	}
+	if free == nil {
+		free = debug.FreeOSMemory
 	}
 	set(t.Busy)
 	tick := time.NewTicker(t.Interval)
@@ -118,11 +123,11 @@ func (t *Tuner) Run(ctx context.Context) {
 			continue
 		}
 		set(percent)
-		if percent == t.Idle && t.set == nil {
+		if percent == t.Idle {
 			// The heap the busy target let grow is garbage now: collect
 			// it and return the pages, rather than wait for the
 			// scavenger to trickle them back over minutes.
-			debug.FreeOSMemory()
+			free()
 		}
 		klog.V(2).InfoS("Garbage collector target set", "GOGC", percent, "cores", cores)
 	}

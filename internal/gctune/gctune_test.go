@@ -49,7 +49,7 @@ func TestNewScalesToCPUs(t *testing.T) {
 func TestRunSetsTargets(t *testing.T) {
 	got := make(chan int, 10)
 	tu := &Tuner{Busy: 75, Idle: 25, Quiet: 1e9, Loud: 2e9, QuietFor: 2, Interval: 10 * time.Millisecond,
-		set: func(p int) { got <- p }}
+		set: func(p int) { got <- p }, free: func() {}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go tu.Run(ctx)
