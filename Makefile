@@ -23,15 +23,7 @@ LDFLAGS    = -X github.com/muster-io/muster/internal/version.Version=$(VERSION) 
 # memory and the shared 2 cores in check, and long timeouts cover a cold cache.
 TEST_FLAGS ?= -p 1 -count=1 -timeout 45m
 
-# The web console's screenshots, from TestConsole and TestConsolePages in a real headless
-# chromium (apt-get install chromium): docs/console.png is what the README shows.
-screenshots: build
-	mkdir -p $(BIN)/screenshots
-	MUSTER_SCREENSHOT_DIR=$(CURDIR)/$(BIN)/screenshots MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server MUSTER_AGENT_BIN=$(CURDIR)/$(BIN)/muster-agent $(GO) test -count=1 -run '^TestConsole(Pages)?$$' ./test/e2e
-	cp $(BIN)/screenshots/fleet.png docs/console.png
-	cp $(BIN)/screenshots/machine.png docs/console-machine.png
-	cp $(BIN)/screenshots/tokens.png docs/console-tokens.png
-	cp $(BIN)/screenshots/rollouts.png docs/console-rollouts.png
+.DEFAULT_GOAL := all
 
 # `make ha` starts PostgreSQL, three servers on 127.0.0.1-3 and agents (hack/ha.sh).
 .PHONY: screenshots all build run peer ha ha-stop test test-unit test-e2e vet fuzz generate verify-generated bench bench-peer postgres-start postgres-stop clean
@@ -121,3 +113,13 @@ verify-generated:
 
 clean:
 	rm -rf $(BIN)
+
+# The web console's screenshots, from TestConsole and TestConsolePages in a real headless
+# chromium (apt-get install chromium): docs/console.png is what the README shows.
+screenshots: build
+	mkdir -p $(BIN)/screenshots
+	MUSTER_SCREENSHOT_DIR=$(CURDIR)/$(BIN)/screenshots MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server MUSTER_AGENT_BIN=$(CURDIR)/$(BIN)/muster-agent $(GO) test -count=1 -run '^TestConsole(Pages)?$$' ./test/e2e
+	cp $(BIN)/screenshots/fleet.png docs/console.png
+	cp $(BIN)/screenshots/machine.png docs/console-machine.png
+	cp $(BIN)/screenshots/tokens.png docs/console-tokens.png
+	cp $(BIN)/screenshots/rollouts.png docs/console-rollouts.png
