@@ -26,7 +26,7 @@ TEST_FLAGS ?= -p 1 -count=1 -timeout 45m
 .DEFAULT_GOAL := all
 
 # `make ha` starts PostgreSQL, three servers on 127.0.0.1-3 and agents (hack/ha.sh).
-.PHONY: screenshots all build run peer ha ha-stop test test-unit test-e2e vet fuzz generate verify-generated bench bench-peer postgres-start postgres-stop clean
+.PHONY: docs screenshots all build run peer ha ha-stop test test-unit test-e2e vet fuzz generate verify-generated bench bench-peer postgres-start postgres-stop clean
 
 all: build
 
@@ -107,6 +107,11 @@ fuzz:
 
 generate:
 	hack/update-codegen.sh
+
+# Docs made from the code: the role table in docs/security.md is what the
+# authorizer answers (TestRoleTableInDocs fails when they differ).
+docs:
+	MUSTER_UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestRoleTableInDocs$$' ./internal/apiserver
 
 verify-generated:
 	hack/verify-codegen.sh
