@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -456,11 +457,17 @@ func TestEnsureBadInput(t *testing.T) {
 }
 
 func TestEnsureReadOnlyDataDir(t *testing.T) {
-	if os.Geteuid() == 0 {
-		t.Skip("root can write a read-only directory")
-	}
 	cfg := testConfig(t)
 	must(t, os.MkdirAll(cfg.DataDir, 0o500))
+	if os.Geteuid() == 0 {
+		// Root writes through a directory's mode bits (and CI runs as
+		// root), so the data dir is a read-only file system instead,
+		// as on a host whose disk was remounted read-only.
+		if err := syscall.Mount("muster-readonly", cfg.DataDir, "tmpfs", syscall.MS_RDONLY, "size=1m"); err != nil {
+			t.Fatalf("mounting a read-only tmpfs on %s as root: %v", cfg.DataDir, err)
+		}
+		t.Cleanup(func() { _ = syscall.Unmount(cfg.DataDir, 0) })
+	}
 	_, err := Ensure(cfg)
 	if err == nil || !strings.Contains(err.Error(), "--data-dir") {
 		t.Errorf("Ensure error = %v, want one naming --data-dir", err)
