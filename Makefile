@@ -37,11 +37,14 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS) -s -w' -o $(BIN)/muster-agent ./cmd/agent
 	$(GO) build -ldflags '$(LDFLAGS) -s -w' -o $(BIN)/kubectl-muster ./cmd/kubectl-muster
 
+# ARGS passes more flags: make run ARGS='--with-agent --agent-binaries-dir ./agents'
+ARGS ?=
 run: build
-	$(BIN)/muster-server --data-dir $(DATA_DIR) --https-port $(HTTPS_PORT) --bind-address $(BIND_ADDRESS) $(if $(ADVERTISE_ADDRESS),--advertise-address $(ADVERTISE_ADDRESS))
+	$(BIN)/muster-server --data-dir $(DATA_DIR) --https-port $(HTTPS_PORT) --bind-address $(BIND_ADDRESS) $(if $(ADVERTISE_ADDRESS),--advertise-address $(ADVERTISE_ADDRESS)) $(ARGS)
 
+# HA_PORT=9544 make ha runs beside another server on 9443.
 ha: build
-	hack/ha.sh start muster-ha $(or $(AGENTS),3)
+	HA_PORT=$(or $(HA_PORT),9443) hack/ha.sh start muster-ha $(or $(AGENTS),3)
 
 # The peer: a real kube-apiserver v1.37.2 and a standalone kine, built from
 # the Go module proxy in their own modules (hack/peer/) into a cache dir

@@ -13,7 +13,8 @@ ROOT=$PWD
 cmd=${1:-start}
 dir=${2:-muster-ha}
 agents=${3:-3}
-port=9443
+# The servers' port: HA_PORT=9544 make ha runs beside another server on 9443.
+port=${HA_PORT:-9443}
 SERVER="$ROOT/bin/muster-server"
 AGENT="$ROOT/bin/muster-agent"
 
