@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/muster-io/muster/internal/sqldialect"
 	"io"
 	"slices"
 	"strconv"
@@ -283,12 +284,12 @@ func (w *Writer) prune(ctx context.Context) {
 // Prune applies the retention; it returns how many records it dropped.
 func Prune(ctx context.Context, db *sql.DB, dialect string, r Retention, now time.Time) error {
 	if r.MaxAge > 0 {
-		if _, err := db.ExecContext(ctx, rebind(dialect, `DELETE FROM muster_transitions WHERE at < ?`), timeArg(dialect, now.Add(-r.MaxAge))); err != nil {
+		if _, err := db.ExecContext(ctx, sqldialect.Rebind(dialect, `DELETE FROM muster_transitions WHERE at < ?`), timeArg(dialect, now.Add(-r.MaxAge))); err != nil {
 			return err
 		}
 	}
 	if r.MaxRecords > 0 {
-		if _, err := db.ExecContext(ctx, rebind(dialect, `DELETE FROM muster_transitions WHERE id <= (SELECT id FROM muster_transitions ORDER BY id DESC LIMIT 1 OFFSET ?)`), r.MaxRecords); err != nil {
+		if _, err := db.ExecContext(ctx, sqldialect.Rebind(dialect, `DELETE FROM muster_transitions WHERE id <= (SELECT id FROM muster_transitions ORDER BY id DESC LIMIT 1 OFFSET ?)`), r.MaxRecords); err != nil {
 			return err
 		}
 	}
@@ -323,7 +324,7 @@ func Read(ctx context.Context, db *sql.DB, dialect string, q Query) ([]Record, e
 	} else {
 		query += ` ORDER BY at, uid, seq`
 	}
-	rows, err := db.QueryContext(ctx, rebind(dialect, query), args...)
+	rows, err := db.QueryContext(ctx, sqldialect.Rebind(dialect, query), args...)
 	if err != nil {
 		return nil, fmt.Errorf("reading the transition history: %w", err)
 	}
@@ -351,7 +352,7 @@ func Read(ctx context.Context, db *sql.DB, dialect string, q Query) ([]Record, e
 	return out, rows.Err()
 }
 
-func (w *Writer) rebind(q string) string  { return rebind(w.Dialect, q) }
+func (w *Writer) rebind(q string) string  { return sqldialect.Rebind(w.Dialect, q) }
 func (w *Writer) timeArg(t time.Time) any { return timeArg(w.Dialect, t) }
 
 func timeArg(dialect string, t time.Time) any {
@@ -359,24 +360,6 @@ func timeArg(dialect string, t time.Time) any {
 		return t.UTC().Format(sqliteTime)
 	}
 	return t.UTC()
-}
-
-// rebind turns ? placeholders into PostgreSQL's $n.
-func rebind(dialect, q string) string {
-	if dialect != "postgres" {
-		return q
-	}
-	var b strings.Builder
-	n := 0
-	for _, r := range q {
-		if r == '?' {
-			n++
-			fmt.Fprintf(&b, "$%d", n)
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // Print writes records as a table, oldest first.

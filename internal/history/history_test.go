@@ -47,12 +47,3 @@ func TestParseObject(t *testing.T) {
 		}
 	}
 }
-
-func TestRebind(t *testing.T) {
-	if got := rebind("postgres", "a = ? AND b = ?"); got != "a = $1 AND b = $2" {
-		t.Errorf("rebind = %q", got)
-	}
-	if got := rebind("sqlite", "a = ?"); got != "a = ?" {
-		t.Errorf("rebind sqlite = %q", got)
-	}
-}

@@ -30,9 +30,10 @@ const (
 	// CAValidity is how long a CA made by NewCA is valid.
 	CAValidity = 10 * 365 * 24 * time.Hour
 
-	// MaxCSRBytes is the largest PEM CSR ParseCSR accepts. A P-256 CSR is
-	// well under 1 KiB and an RSA-4096 one under 4 KiB.
-	MaxCSRBytes = 16 << 10
+	// MaxCSRBytes is the largest PEM CSR Muster accepts anywhere: in a
+	// registration (its validation) and in ParseCSR. A P-256 CSR is well
+	// under 1 KiB and an RSA-4096 one under 4 KiB.
+	MaxCSRBytes = 8 << 10
 
 	// MinRSABits is the smallest RSA key SignCSR accepts.
 	MinRSABits = 2048

@@ -11,8 +11,6 @@ import (
 )
 
 const (
-	// maxCSRBytes bounds a registration's CSR: an ECDSA or RSA-4096 CSR is well under it.
-	maxCSRBytes = 8 << 10
 	// A registration's reason and message are the server's words to the
 	// agent and the operator; bounded like a Kubernetes condition's.
 	maxRegistrationReasonLen  = 128
@@ -44,8 +42,8 @@ var ClusterRegistration = Kind[*api.ClusterRegistration]{
 		errs = append(errs, validateMaxLen(r.Spec.MachineUID, 64, spec.Child("machineUID"))...)
 		// The CSR's self-signature is checked by the create itself
 		// (internal/join), once: validation runs twice per create.
-		if len(r.Spec.CSR) > maxCSRBytes {
-			errs = append(errs, field.TooLong(spec.Child("csr"), "", maxCSRBytes))
+		if len(r.Spec.CSR) > pki.MaxCSRBytes {
+			errs = append(errs, field.TooLong(spec.Child("csr"), "", pki.MaxCSRBytes))
 		} else if csr, err := pki.DecodeCSR(r.Spec.CSR); err != nil {
 			errs = append(errs, field.Invalid(spec.Child("csr"), "<csr>", err.Error()))
 		} else if err := pki.CheckPublicKey(csr.PublicKey); err != nil {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/muster-io/muster/internal/sqldialect"
 	"io/fs"
 	"os"
 	"path"
@@ -195,7 +196,7 @@ func applyOne(ctx context.Context, conn *sql.Conn, dialect string, m Migration) 
 	if dialect == "sqlite" {
 		now = time.Now().UTC().Format(sqliteTime)
 	}
-	if _, err := tx.ExecContext(ctx, rebind(dialect, `INSERT INTO muster_schema_version (version, name, applied_at, applied_by) VALUES (?, ?, ?, ?)`),
+	if _, err := tx.ExecContext(ctx, sqldialect.Rebind(dialect, `INSERT INTO muster_schema_version (version, name, applied_at, applied_by) VALUES (?, ?, ?, ?)`),
 		m.Version, m.Name, now, fmt.Sprintf("%s pid %d", host, os.Getpid())); err != nil {
 		return fmt.Errorf("recording datastore migration %s: %w", m.Name, err)
 	}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	// The drivers kine itself uses, registered as "sqlite3" and "pgx".
 	_ "github.com/jackc/pgx/v5/stdlib"
@@ -47,24 +45,6 @@ func OpenSQL(dataDir, endpoint string) (*sql.DB, string, error) {
 		return db, kind, nil
 	}
 	return nil, kind, nil
-}
-
-// rebind turns the ? placeholders of a query into PostgreSQL's $1, $2, ...
-func rebind(dialect, q string) string {
-	if dialect != "postgres" {
-		return q
-	}
-	var b strings.Builder
-	n := 0
-	for _, r := range q {
-		if r == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // OpenReadSQL opens a datastore's SQL database for reading muster's tables
