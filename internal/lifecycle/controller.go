@@ -255,9 +255,9 @@ func (c *Controller) syncMachine(ctx context.Context, name string) error {
 func countPlan(m *api.Machine, event string, now time.Time) {
 	outcome := ""
 	switch event {
-	case "plan-applied":
+	case fsm.EventPlanApplied:
 		outcome = metrics.PlanApplied
-	case "plan-failed":
+	case fsm.EventPlanFailed:
 		outcome = metrics.PlanFailed
 	default:
 		return
@@ -404,38 +404,38 @@ func decide(m *api.Machine, plan *api.MachinePlan, live, heard bool) (event, rea
 	switch m.Status.Phase {
 	case api.MachinePhaseRegistering:
 		if heard && m.Status.AgentVersion != "" {
-			return "agent-checked-in", "AgentCheckedIn"
+			return fsm.EventAgentCheckedIn, "AgentCheckedIn"
 		}
 	case api.MachinePhaseBootstrapping, api.MachinePhaseUpdating:
 		switch {
 		case failedForGood:
-			return "plan-failed", "PlanFailed"
+			return fsm.EventPlanFailed, "PlanFailed"
 		case applied:
-			return "plan-applied", "PlanApplied"
+			return fsm.EventPlanApplied, "PlanApplied"
 		case !live:
-			return "agent-silent", "AgentSilent"
+			return fsm.EventAgentSilent, "AgentSilent"
 		}
 	case api.MachinePhaseRunning:
 		switch {
 		case !live:
-			return "agent-silent", "AgentSilent"
+			return fsm.EventAgentSilent, "AgentSilent"
 		case newPlan:
-			return "plan-changed", "PlanChanged"
+			return fsm.EventPlanChanged, "PlanChanged"
 		case failedForGood:
-			return "plan-failed", "PlanFailed"
+			return fsm.EventPlanFailed, "PlanFailed"
 		}
 	case api.MachinePhaseUnavailable:
 		// The state machine cannot remember where the machine went silent
 		// from, so the plan says where it comes back to.
 		switch {
 		case heard && applied:
-			return "agent-returned", "AgentReturned"
+			return fsm.EventAgentReturned, "AgentReturned"
 		case heard:
-			return "agent-returned-mid-plan", "AgentReturned"
+			return fsm.EventAgentReturnedMidPlan, "AgentReturned"
 		}
 	case api.MachinePhaseFailed:
 		if newPlan {
-			return "plan-fixed", "NewPlan"
+			return fsm.EventPlanFixed, "NewPlan"
 		}
 	}
 	return "", ""
