@@ -185,12 +185,11 @@ func (r *planRunner) apply(ctx context.Context, plan *api.MachinePlan) (bool, er
 	if st.Checksum == "" {
 		return false, nil
 	}
-	if st.AppliedChecksum == st.Checksum && st.State == api.PlanStateSucceeded {
+	if plan.Applied() {
 		return false, nil
 	}
-	max := plan.Spec.MaxFailures
-	if st.State == api.PlanStateFailed && st.FailureCount >= max {
-		return false, nil // failed for good; a new plan resets it
+	if plan.FailedForGood() {
+		return false, nil // a new plan resets it
 	}
 	plans := r.client.MachinePlans()
 	if plan.Spec.ChangesMachine() {
@@ -237,7 +236,7 @@ func (r *planRunner) apply(ctx context.Context, plan *api.MachinePlan) (bool, er
 	} else {
 		plan.Status.State = api.PlanStateFailed
 		plan.Status.FailureCount++
-		r.opts.Say("plan %s failed (%d of %d): %v", short(plan.Status.Checksum), plan.Status.FailureCount, max, runErr)
+		r.opts.Say("plan %s failed (%d of %d): %v", short(plan.Status.Checksum), plan.Status.FailureCount, plan.Spec.MaxFailures, runErr)
 	}
 	if _, err := plans.UpdateStatus(ctx, plan, metav1.UpdateOptions{}); err != nil {
 		for _, p := range probers {
@@ -259,7 +258,7 @@ func (r *planRunner) apply(ctx context.Context, plan *api.MachinePlan) (bool, er
 	for _, p := range probers {
 		p.Close()
 	}
-	return plan.Status.FailureCount < max, nil
+	return !plan.FailedForGood(), nil
 }
 
 // watchProbes keeps probing the applied plan every periodSeconds and

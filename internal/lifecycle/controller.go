@@ -396,9 +396,8 @@ func failureMessage(plan *api.MachinePlan) string {
 // Unavailable only when its agent was heard, and is declared silent only
 // when it was not heard for a whole threshold (live is false).
 func decide(m *api.Machine, plan *api.MachinePlan, live, heard bool) (event, reason string) {
-	applied := plan != nil && plan.Status.Checksum != "" && plan.Status.State == api.PlanStateSucceeded &&
-		plan.Status.AppliedChecksum == plan.Status.Checksum && probesHealthy(plan)
-	failedForGood := plan != nil && plan.Status.State == api.PlanStateFailed && plan.Status.FailureCount >= plan.Spec.MaxFailures
+	applied := plan != nil && plan.Applied() && probesHealthy(plan)
+	failedForGood := plan != nil && plan.FailedForGood()
 	newPlan := plan != nil && plan.Status.Checksum != plan.Status.AppliedChecksum && !failedForGood && plan.Status.FailureCount == 0
 
 	switch m.Status.Phase {
@@ -755,11 +754,10 @@ func decideDrain(agent bool, plan *api.MachinePlan, set *api.MachinePlanSet, now
 		}
 		return drainAction{done: ReasonDrained}
 	}
-	st := plan.Status
 	switch {
-	case st.State == api.PlanStateSucceeded && st.Checksum != "" && st.AppliedChecksum == st.Checksum:
+	case plan.Applied():
 		return drainAction{done: ReasonDrained}
-	case st.State == api.PlanStateFailed && st.FailureCount >= plan.Spec.MaxFailures:
+	case plan.FailedForGood():
 		return drainAction{done: ReasonDrainFailed}
 	}
 	deadline, err := time.Parse(time.RFC3339, plan.Annotations[api.PlanDrainDeadlineAnnotation])

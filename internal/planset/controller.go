@@ -207,7 +207,7 @@ func (c *Controller) view(name string, p *api.MachinePlan) *planView {
 	pv := &planView{
 		set:      p.Labels[api.PlanSetLabel],
 		revision: p.Labels[api.PlanSetRevisionLabel],
-		applied:  p.Status.State == api.PlanStateSucceeded && p.Status.Checksum != "" && p.Status.AppliedChecksum == p.Status.Checksum,
+		applied:  p.Applied(),
 		failed:   p.Status.State == api.PlanStateFailed,
 		healthy:  true,
 	}
@@ -310,9 +310,7 @@ func (c *Controller) reconcile(ctx context.Context, cs compiledSet, machines []*
 // so the set's revision counts leave the machine out.
 func (c *Controller) removeFiles(ctx context.Context, s *api.MachinePlanSet, machine string, cur *api.MachinePlan) error {
 	if cur.Annotations[api.PlanSetCleanupAnnotation] == "true" {
-		st := cur.Status
-		ran := st.State == api.PlanStateSucceeded && st.Checksum != "" && st.AppliedChecksum == st.Checksum
-		if ran || (st.State == api.PlanStateFailed && st.FailureCount >= cur.Spec.MaxFailures) {
+		if cur.Applied() || cur.FailedForGood() {
 			return c.deletePlan(ctx, s.Name, machine)
 		}
 		return nil // the agent has yet to run it

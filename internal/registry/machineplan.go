@@ -109,7 +109,7 @@ var MachinePlan = Kind[*api.MachinePlan]{
 		if len(sum) > 12 {
 			sum = sum[:12]
 		}
-		applied := p.Status.Checksum != "" && p.Status.AppliedChecksum == p.Status.Checksum
+		applied := p.Applied()
 		return []interface{}{string(p.Status.State), sum, applied, p.Status.FailureCount}
 	},
 }
