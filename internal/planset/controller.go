@@ -568,6 +568,9 @@ func conditions(s *api.MachinePlanSet, rev string, st strategy, d decision) []me
 	default:
 		out = append(out, cond(api.PlanSetPaused, false, "NotPaused", "machines are started within maxUnavailable"))
 	}
+	// A paused rollout is not progressing, whatever paused it: the two
+	// conditions never both say True (as a Deployment's do not).
+	paused := meta.IsStatusConditionTrue(out, api.PlanSetPaused)
 	owned := d.matched - len(d.conflicts)
 	complete := d.ready == owned
 	switch {
@@ -578,6 +581,11 @@ func conditions(s *api.MachinePlanSet, rev string, st strategy, d decision) []me
 		msg := fmt.Sprintf("%d of %d machines applied revision %s (%d updated, %d waiting; maxUnavailable %d, %d unavailable)", d.ready, owned, rev, d.updated, d.waiting, d.budget, d.unavailable)
 		if p := partitionName(st.partitions, d.partition); p != "" {
 			msg += fmt.Sprintf("; partition %s (%d of %d)", p, d.partition+1, len(st.partitions)+1)
+		}
+		if paused {
+			out = append(out, cond(api.PlanSetProgressing, false, "RolloutPaused", msg+"; paused (see the Paused condition)"))
+			out = append(out, cond(api.PlanSetComplete, false, "RolloutPaused", msg))
+			break
 		}
 		out = append(out, cond(api.PlanSetProgressing, true, "RollingOut", msg))
 		out = append(out, cond(api.PlanSetComplete, false, "RollingOut", msg))

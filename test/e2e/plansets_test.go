@@ -183,6 +183,9 @@ func TestPlanSet(t *testing.T) {
 	if got := setCondition(s, "workers", "Paused"); !strings.HasSuffix(got, "True MachineFailed") {
 		t.Errorf("paused for the wrong reason: %q", got)
 	}
+	if got := setCondition(s, "workers", "Progressing"); !strings.HasSuffix(got, "False RolloutPaused") {
+		t.Errorf("a paused rollout says it is progressing: Progressing is %q", got)
+	}
 	waitPhase(t, s, "ps-w1", "Failed", 30*time.Second)
 	if got := s.mustKubectl("get", "machineplan", "ps-w2", "-o", "jsonpath={.metadata.labels.muster\\.io/plan-set-revision}"); got != before {
 		t.Errorf("ps-w2 was updated after ps-w1 failed: revision %s, was %s", got, before)
