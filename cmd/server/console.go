@@ -35,7 +35,9 @@ func newConsoleTokenCommand(cfg *server.Config) *cobra.Command {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), out.Token)
-			fmt.Fprintf(cmd.ErrOrStderr(), "console token for %s %v, valid until %s: paste it at https://SERVER/console/ (shown once)\n", out.User, out.Groups, out.Expires.Format(time.RFC3339))
+			// The console is on the server this kubeconfig reaches.
+			at := c.MusterV1alpha1().RESTClient().Get().URL()
+			fmt.Fprintf(cmd.ErrOrStderr(), "console token for %s %v, valid until %s: paste it at %s://%s/console/ (shown once)\n", out.User, out.Groups, out.Expires.Format(time.RFC3339), at.Scheme, at.Host)
 			return nil
 		},
 	}

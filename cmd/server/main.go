@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -140,6 +141,11 @@ muster:operators, muster:viewers, muster:metrics-readers (docs/security.md,
 					return err
 				}
 				b, err = bootstrap.UserKubeconfig(cfg.DataDir, userName, groups, validity)
+				if err == nil {
+					// A sentence for the person who ran it, not a log line.
+					fmt.Fprintf(cmd.ErrOrStderr(), "kubeconfig for user %s in groups %s, valid until %s\n",
+						userName, strings.Join(groups, ","), time.Now().Add(validity).UTC().Format(time.RFC3339))
+				}
 			} else {
 				b, err = credential(cmd, cfg, "").Flatten()
 			}

@@ -270,7 +270,6 @@ func UserKubeconfig(dataDir, name string, groups []string, validity time.Duratio
 	if err != nil {
 		return nil, fmt.Errorf("issuing the certificate of %q: %w", name, err)
 	}
-	klog.InfoS("Issued a user client certificate", "user", name, "groups", groups, "validity", validity)
 	return kubeconfigFor(ca.CertPEM, cluster.Server, userCert, userKey)
 }
 

@@ -65,7 +65,7 @@ func Open(ctx context.Context, dataDir, endpoint string, tlsFiles store.TLSFiles
 	if !store.IsEtcd(endpoint) {
 		tlsFiles = store.TLSFiles{}
 	}
-	ds, err := store.Open(ctx, store.Config{DataDir: dataDir, Endpoint: endpoint, SocketDir: sockDir, TLS: tlsFiles})
+	ds, err := store.Open(ctx, store.Config{DataDir: dataDir, Endpoint: endpoint, SocketDir: sockDir, TLS: tlsFiles, Quiet: true})
 	if err != nil {
 		d.Close()
 		return nil, err

@@ -12,12 +12,16 @@ var routeOnce sync.Once
 
 // routeKineLogs sends kine's logrus lines through klog, so that the server
 // writes one format (text or --log-format json) instead of two
-// interleaved: logrus itself writes nothing.
-func routeKineLogs() {
+// interleaved: logrus itself writes nothing. quiet drops kine's
+// informational lines (Config.Quiet).
+func routeKineLogs(quiet bool) {
 	routeOnce.Do(func() {
 		logrus.SetOutput(io.Discard)
 		logrus.AddHook(klogHook{})
 	})
+	if quiet {
+		logrus.SetLevel(logrus.WarnLevel)
+	}
 }
 
 // klogHook forwards each logrus entry to klog at its level, its fields as

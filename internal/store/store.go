@@ -61,6 +61,11 @@ type Config struct {
 	// TLS is the client certificate and CA an external etcd is reached
 	// with; only for an etcd endpoint.
 	TLS TLSFiles
+	// Quiet keeps kine's informational lines out of the log: a command
+	// (datastore snapshot, restore, migrate) that runs kine for a moment
+	// prints what it did, not how kine configured its pool. Warnings and
+	// errors still come through.
+	Quiet bool
 }
 
 // Datastore is an open datastore.
@@ -95,7 +100,7 @@ func Open(ctx context.Context, cfg Config) (*Datastore, error) {
 		return nil, fmt.Errorf("cannot create data dir %s: %w; choose a writable --data-dir", cfg.DataDir, err)
 	}
 
-	routeKineLogs()
+	routeKineLogs(cfg.Quiet)
 	ds := &Datastore{backend: kind}
 	kineEndpoint := cfg.Endpoint
 	switch kind {

@@ -95,6 +95,10 @@ func browser(t testing.TB, s *server) context.Context {
 
 func consoleToken(t *testing.T, s *server, user, group string) string {
 	out := s.muster(t, "console-token", "--user", user, "--group", group, "--ttl", "1h")
+	// It says where to paste it: this server's console, not a placeholder.
+	if !strings.Contains(out, "paste it at "+s.url()+"/console/") {
+		t.Errorf("console-token does not name this server's console (%s/console/):\n%s", s.url(), out)
+	}
 	for _, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, "mct_") {
 			return strings.TrimSpace(line)

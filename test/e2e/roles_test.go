@@ -19,8 +19,13 @@ func userKubeconfig(t *testing.T, s *server, name string, groups ...string) stri
 	for _, g := range groups {
 		args = append(args, "--group", g)
 	}
-	if out, err := exec.Command(serverBin, args...).CombinedOutput(); err != nil {
+	out, err := exec.Command(serverBin, args...).CombinedOutput()
+	if err != nil {
 		t.Fatalf("muster-server %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	// One sentence for the person, no log line (klog's start with a level letter and a date).
+	if want := "kubeconfig for user " + name + " in groups "; !strings.HasPrefix(string(out), want) || strings.Count(string(out), "\n") != 1 {
+		t.Errorf("muster-server %s printed %q, want one line starting %q", strings.Join(args, " "), out, want)
 	}
 	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("minted kubeconfig %s: %v, mode %v; want 0600", path, err, fi.Mode())
