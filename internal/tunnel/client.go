@@ -198,7 +198,10 @@ func (c *Client) serveStream(ctx context.Context, s *yamux.Stream) {
 		if err := writeHeader(s, Reply{}); err != nil {
 			return
 		}
-		c.say("exec by %s: %s", req.User, QuoteArgv(req.Command))
+		// Who and which program, never the arguments (DescribeCommand):
+		// this log is served to operators and, inside muster-server, is
+		// the server's log.
+		c.say("exec by %s of %s", req.User, DescribeCommand(req.Command))
 		runExec(ctx, s, req.Command)
 	case KindPortForward:
 		if !slices.Contains(c.Policy.AllowPorts, req.Port) {
