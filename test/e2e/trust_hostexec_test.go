@@ -1,6 +1,11 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +13,141 @@ import (
 
 // Issue 27: the operator's boundary on the server's own host, and what an
 // exec leaves behind for others to read.
+
+// operatorPlan applies a MachinePlan for machine as the user of kubeconfig.
+func operatorPlan(t *testing.T, kubeconfig, machine, spec string) {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "plan.yaml")
+	doc := fmt.Sprintf("apiVersion: muster.io/v1alpha1\nkind: MachinePlan\nmetadata:\n  name: %s\nspec:\n%s", machine, spec)
+	if err := os.WriteFile(f, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kubectlAs(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", f); err != nil {
+		t.Fatalf("applying the plan as %s: %v\n%s", kubeconfig, err, out)
+	}
+}
+
+// TestTrustHostAgent: the agent muster-server --with-agent runs (what
+// install.sh server sets up) runs as the server's user, so by default an
+// operator's exec and an operator's plan that runs something are refused
+// there, with a message that names the admin's flag; nothing of the plan
+// runs. Restarted with --host-agent-exec and --host-agent-plans, the same
+// exec and plan run: the flags, and only they, give that power.
+func TestTrustHostAgent(t *testing.T) {
+	s := startServer(t, "", "--with-agent")
+	host, _ := os.Hostname()
+	host = strings.ToLower(host)
+	waitPhase(t, s, host, "Running", 60*time.Second)
+	operator := userKubeconfig(t, s, "otto", "muster:operators")
+	caKey := filepath.Join(s.dataDir, "tls", "ca.key")
+	steal := fmt.Sprintf("id -u; cat %s", caKey)
+
+	// The plan an operator would use instead of exec: an instruction that
+	// leaves a marker and saves the CA key into the plan's status.
+	planFor := func(marker string) string {
+		return fmt.Sprintf(`  maxFailures: 1
+  instructions:
+  - name: steal
+    command: /bin/sh
+    args: ["-c", "touch %s; cat %s"]
+    saveOutput: true
+`, marker, caKey)
+	}
+	planStatus := func() string {
+		out, _ := s.kubectl("get", "machineplan", host, "-o", "jsonpath={.status.state} {.status.failureCount} {.status.output[*].name}: {.status.output[*].output}")
+		return out
+	}
+
+	// tryExec waits for the host agent's tunnel (it opens after the Machine
+	// is Running), then returns the exec's answer.
+	tryExec := func() (stdout, stderr string, code int) {
+		waitFor(t, 60*time.Second, "the host agent's tunnel", func() bool {
+			stdout, stderr, code = kubectlMuster(t, operator, "exec", "machine/"+host, "--", "sh", "-c", steal)
+			return !strings.Contains(stderr, "not connected")
+		})
+		return stdout, stderr, code
+	}
+
+	// By default (s.start runs the server in the parent test, so the two
+	// phases are not subtests).
+	{
+		stdout, stderr, code := tryExec()
+		if code == 0 || strings.Contains(stdout, "PRIVATE KEY") {
+			// Not fatal: the plan below is the other way in, tested too.
+			t.Errorf("an operator's exec on the server's host ran: exit %d, stdout %.300q", code, stdout)
+		}
+		for _, want := range []string{"refused", "inside muster-server", "--host-agent-exec"} {
+			if !strings.Contains(stderr, want) {
+				t.Errorf("the refused exec does not say %q: %s", want, strings.TrimSpace(stderr))
+			}
+		}
+
+		marker := filepath.Join(t.TempDir(), "plan-ran")
+		operatorPlan(t, operator, host, planFor(marker))
+		// Its end, whichever it is: refused (failed for good at once), or
+		// run (succeeded), which is what the checks below must catch.
+		waitFor(t, 60*time.Second, "the host's plan to be reported at its end", func() bool {
+			st := planStatus()
+			return strings.HasPrefix(st, "failed 1 ") || strings.HasPrefix(st, "succeeded ")
+		})
+		st := planStatus()
+		if !strings.HasPrefix(st, "failed 1 refused:") || !strings.Contains(st, "--host-agent-plans") || !strings.Contains(st, "inside muster-server") || strings.Contains(st, "PRIVATE KEY") {
+			t.Errorf("the refused plan's status: %s; want the refusal naming --host-agent-plans, and no key", st)
+		}
+		if _, err := os.Stat(marker); !os.IsNotExist(err) {
+			t.Errorf("the refused plan's instruction ran: %s exists (%v)", marker, err)
+		}
+		// The Machine says why too, where kubectl describe machine shows it.
+		waitPhase(t, s, host, "Failed", 30*time.Second)
+		if msg := s.mustKubectl("get", "machine", host, "-o", `jsonpath={.status.conditions[?(@.type=="PlanFailed")].message}`); !strings.Contains(msg, "--host-agent-plans") {
+			t.Errorf("the host's Machine's PlanFailed condition does not name --host-agent-plans: %s", msg)
+		}
+	}
+
+	// With the admin's flags.
+	{
+		s.stop()
+		s.extra = append(s.extra, "--host-agent-exec", "--host-agent-plans")
+		s.start()
+		stdout, stderr, code := tryExec()
+		if code != 0 || !strings.Contains(stdout, "PRIVATE KEY") {
+			t.Fatalf("exec with --host-agent-exec: exit %d, %s", code, strings.TrimSpace(stderr))
+		}
+
+		marker := filepath.Join(t.TempDir(), "plan-ran")
+		operatorPlan(t, operator, host, planFor(marker))
+		waitFor(t, 60*time.Second, "the host's plan to succeed", func() bool {
+			return strings.HasPrefix(planStatus(), "succeeded ")
+		})
+		if _, err := os.Stat(marker); err != nil {
+			t.Errorf("the plan's instruction did not run with --host-agent-plans: %v", err)
+		}
+		// The host agent's log is the server's log: its exec record holds
+		// the program, not the command line.
+		if strings.Contains(s.log.String(), caKey) {
+			t.Errorf("the server's log holds the exec's arguments (%s)", caKey)
+		}
+	}
+}
+
+// runServerCommand runs muster-server args to its end (bounded: one that
+// does not refuse would serve forever) and returns its output.
+func runServerCommand(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, serverBin, args...).CombinedOutput()
+	return string(out), err
+}
+
+// TestTrustHostAgentFlagsNeedWithAgent: a --host-agent-* flag without
+// --with-agent is refused at start, not silently ignored.
+func TestTrustHostAgentFlagsNeedWithAgent(t *testing.T) {
+	out, err := runServerCommand(t, "--data-dir", t.TempDir(), "--host-agent-exec")
+	if err == nil || !strings.Contains(out, "add --with-agent") {
+		t.Fatalf("muster-server --host-agent-exec without --with-agent: %v\n%s", err, out)
+	}
+}
 
 // TestTrustExecRecord: an exec's record (the Machine's Event that viewers
 // read, the server's log, the agent's log) says who ran which program on
