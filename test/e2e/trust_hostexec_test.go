@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,6 +81,12 @@ func TestTrustHostAgent(t *testing.T) {
 			if !strings.Contains(stderr, want) {
 				t.Errorf("the refused exec does not say %q: %s", want, strings.TrimSpace(stderr))
 			}
+		}
+
+		// Nor does it publish a loopback port of the host (the server's
+		// own API, a local database) to port-forwards.
+		if status, body := adminRequest(t, s, http.MethodPost, "/apis/muster.io/v1alpha1/machines/"+host+"/portforward?port="+fmt.Sprint(s.port)); status != http.StatusForbidden || !strings.Contains(body, "--host-agent-allow-port") {
+			t.Errorf("port-forward to the server's host: %d %.400s; want 403 naming --host-agent-allow-port", status, body)
 		}
 
 		marker := filepath.Join(t.TempDir(), "plan-ran")
