@@ -58,6 +58,9 @@ certificate, a server token and an admin kubeconfig there.`,
 			if cfg.Token, err = token.resolve(); err != nil {
 				return err
 			}
+			if err := checkHostAgentFlags(cfg); err != nil {
+				return err
+			}
 			return server.Run(genericapiserver.SetupSignalContext(), cfg)
 		},
 	}
@@ -90,7 +93,12 @@ certificate, a server token and an admin kubeconfig there.`,
 	// Install (k3s-style): the binaries install.sh downloads, and the host's own agent.
 	fl.StringVar(&cfg.AgentBinary, "agent-binary", "", "muster-agent binary served at /assets/ for install.sh (default: muster-agent beside this executable)")
 	fl.StringVar(&cfg.AgentBinariesDir, "agent-binaries-dir", "", "directory of muster-agent-<version>-<os>-<arch> binaries, served (public, with .sha256) at /assets/agent/<version>/muster-agent-<os>-<arch> for plans that upgrade agents (spec.agentUpgrade)")
-	fl.BoolVar(&cfg.WithAgent, "with-agent", false, "also run the agent of this server's own host, joined like any other machine (its state in <data-dir>/agent)")
+	fl.BoolVar(&cfg.WithAgent, "with-agent", false, "also run the agent of this server's own host, joined like any other machine (its state in <data-dir>/agent); it reports in, and refuses exec, port-forward and any plan that does something unless the --host-agent-* flags allow them")
+	// The host agent runs as this server's user: whatever it lets
+	// operators do, they do as that user, with the CA key in reach.
+	fl.BoolVar(&cfg.HostAgent.Exec, "host-agent-exec", false, "with --with-agent: let kubectl muster exec run commands on this host. They run as this server's user (root under install.sh) with its data dir, CA key and admin kubeconfig in reach: this makes every operator (muster:operators) root on this host and admin of Muster")
+	fl.BoolVar(&cfg.HostAgent.Plans, "host-agent-plans", false, "with --with-agent: let this host's MachinePlan write files and run instructions and probes. They run as this server's user (root under install.sh) with its data dir, CA key and admin kubeconfig in reach: this makes every operator (muster:operators) root on this host and admin of Muster")
+	fl.IntSliceVar(&cfg.HostAgent.AllowPorts, "host-agent-allow-port", nil, "with --with-agent: a port on this host's loopback that kubectl muster port-forward may reach (repeatable; none by default). Every operator reaches whatever listens there as if they were on this host")
 
 	// Machine pools: drivers beyond the built-in ones.
 	fl.StringVar(&cfg.DriversDir, "drivers-dir", "", "directory of machine-pool drivers (executables muster-driver-NAME); the built-in driver is \"process\"")
@@ -192,4 +200,19 @@ func newManifestsCommand(cfg *server.Config) *cobra.Command {
 	f.StringVar(&a.User, "user", "", "the user of muster's --authentication-kubeconfig, bound to system:auth-delegator and extension-apiserver-authentication-reader")
 	cmd.AddCommand(agg)
 	return cmd
+}
+
+// checkHostAgentFlags refuses a --host-agent-* flag without --with-agent,
+// which would otherwise be silently ignored, and a port that is none.
+func checkHostAgentFlags(cfg server.Config) error {
+	h := cfg.HostAgent
+	if !cfg.WithAgent && (h.Exec || h.Plans || len(h.AllowPorts) > 0) {
+		return fmt.Errorf("--host-agent-exec, --host-agent-plans and --host-agent-allow-port apply to the agent --with-agent runs: add --with-agent, or drop them")
+	}
+	for _, p := range h.AllowPorts {
+		if p < 1 || p > 65535 {
+			return fmt.Errorf("--host-agent-allow-port %d: a port is 1 to 65535", p)
+		}
+	}
+	return nil
 }

@@ -60,8 +60,21 @@ type Config struct {
 	OwnsKlog bool
 	// DisableExec refuses the execs the server relays through the tunnel.
 	DisableExec bool
+	// ExecRefusal, if set, is why exec is disabled, in place of the words
+	// for --disable-exec (muster-server --with-agent names its own flag).
+	ExecRefusal string
 	// AllowPorts are the loopback ports port-forwards may reach.
 	AllowPorts []int
+	// PortsFlag names the flag that publishes ports, for a refused
+	// port-forward; "--allow-port" when empty.
+	PortsFlag string
+	// RefusePlans, if set, is why this agent carries out no plan that
+	// would run or write anything (files, instructions, probes, an agent
+	// upgrade): such a plan is reported failed, with this as its output.
+	// The agent inside muster-server sets it unless an admin allows plans
+	// there (--host-agent-plans), since whatever a plan runs there runs as
+	// the server's user.
+	RefusePlans string
 	// SelfUpgrade says the process is the muster-agent binary, which may
 	// replace its executable for a plan's agentUpgrade (upgrade.go); an
 	// agent inside muster-server (--with-agent) must not.
@@ -185,7 +198,7 @@ const logRingBytes = 256 << 10
 // tunnel holds the agent's tunnel to the server on c's connection until
 // ctx ends (internal/tunnel), serving what the agent's flags allow.
 func (a *agent) tunnel(ctx context.Context, c *session) {
-	RunTunnel(ctx, c.http, c.host, tunnel.Policy{DisableExec: a.cfg.DisableExec, AllowPorts: a.cfg.AllowPorts, Log: a.ring}, a.say)
+	RunTunnel(ctx, c.http, c.host, tunnel.Policy{DisableExec: a.cfg.DisableExec, ExecRefusal: a.cfg.ExecRefusal, AllowPorts: a.cfg.AllowPorts, PortsFlag: a.cfg.PortsFlag, Log: a.ring}, a.say)
 }
 
 // RunTunnel is the agent's tunnel, shared with `muster-agent simulate`:

@@ -73,6 +73,21 @@ type PlanOptions struct {
 	// replaced. Nil ignores agentUpgrade (a simulated fleet).
 	// The note it returns, if any, goes into the plan's output.
 	Upgrade func(ctx context.Context, plan *api.MachinePlan) (note string, err error)
+	// Refuse, if set, is why no plan that does anything (Acts) is carried
+	// out here: such a plan is reported failed for good with Refuse as its
+	// output, and nothing of it runs. An empty plan still succeeds, so the
+	// machine reports in like any other.
+	Refuse string
+}
+
+// refusedOutput names the status entry of a plan this agent refused.
+const refusedOutput = "refused"
+
+// Acts says whether a plan would run or write anything on its machine:
+// files, instructions, probes (an exec probe runs a command, an HTTP probe
+// reaches the machine's network) or an agent upgrade.
+func Acts(spec *api.MachinePlanSpec) bool {
+	return spec.ChangesMachine() || len(spec.Probes) > 0
 }
 
 // planRunner applies the machine's MachinePlan with Rancher's protocol: it
@@ -89,7 +104,7 @@ type planRunner struct {
 }
 
 func (a *agent) runPlans(ctx context.Context, client musterclient.MusterV1alpha1Interface, machine string) {
-	RunPlans(ctx, client, machine, PlanOptions{Executor: Host{}, Say: a.say, Upgrade: a.upgradeForPlan})
+	RunPlans(ctx, client, machine, PlanOptions{Executor: Host{}, Say: a.say, Upgrade: a.upgradeForPlan, Refuse: a.cfg.RefusePlans})
 }
 
 // RunPlans watches the machine's own MachinePlan with its certificate's
@@ -192,6 +207,9 @@ func (r *planRunner) apply(ctx context.Context, plan *api.MachinePlan) (bool, er
 		return false, nil // a new plan resets it
 	}
 	plans := r.client.MachinePlans()
+	if r.opts.Refuse != "" && Acts(&plan.Spec) {
+		return r.refuse(ctx, plan)
+	}
 	if plan.Spec.ChangesMachine() {
 		// Recorded before anything runs: a crash from here on leaves
 		// in-progress, which a restart runs again.
@@ -259,6 +277,25 @@ func (r *planRunner) apply(ctx context.Context, plan *api.MachinePlan) (bool, er
 		p.Close()
 	}
 	return !plan.FailedForGood(), nil
+}
+
+// refuse reports plan failed without running any of it. The server counts
+// failures one at a time, so a refused plan is reported again, like any
+// failed one, until it is failed for good at its maxFailures.
+func (r *planRunner) refuse(ctx context.Context, plan *api.MachinePlan) (bool, error) {
+	now := metav1.Now()
+	plan.Status.State = api.PlanStateFailed
+	plan.Status.FailureCount++
+	plan.Status.Output = []api.InstructionOutput{{Name: refusedOutput, ExitCode: -1, Output: truncate([]byte(r.opts.Refuse))}}
+	plan.Status.Probes, plan.Status.LastAppliedTime = nil, &now
+	r.opts.Say("refused plan %s (%d of %d): %s", short(plan.Status.Checksum), plan.Status.FailureCount, plan.Spec.MaxFailures, r.opts.Refuse)
+	if _, err := r.client.MachinePlans().UpdateStatus(ctx, plan, metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsConflict(err) {
+			return false, nil
+		}
+		return true, fmt.Errorf("reporting the refused plan: %w", err)
+	}
+	return plan.Status.FailureCount < plan.Spec.MaxFailures, nil
 }
 
 // watchProbes keeps probing the applied plan every periodSeconds and

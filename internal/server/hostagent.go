@@ -21,6 +21,50 @@ import (
 // single use, and dead soon after if the join never happens.
 const hostAgentTokenTTL = 10 * time.Minute
 
+// HostAgentAbilities are what the agent inside muster-server (--with-agent)
+// lets operators do on the server's own host. That agent runs as the
+// server's user, with the server's data dir (its CA key, its admin
+// kubeconfig) in reach, so each ability makes every operator root on this
+// host and admin of Muster: none is on unless an admin turns it on with
+// muster-server's flags (docs/security.md, "The server's own host").
+type HostAgentAbilities struct {
+	// Exec lets `kubectl muster exec` run commands (--host-agent-exec).
+	Exec bool
+	// Plans lets the host's MachinePlan write files, run instructions and
+	// probes (--host-agent-plans). Without it, only an empty plan succeeds.
+	Plans bool
+	// AllowPorts are the loopback ports `kubectl muster port-forward` may
+	// reach on this host (--host-agent-allow-port); none by default.
+	AllowPorts []int
+}
+
+// The refusals of the host's agent, in words that say why and which flag
+// an admin sets to allow it.
+const (
+	hostExecRefusal = "exec is disabled on this machine: its agent runs inside muster-server (--with-agent), " +
+		"where a command would run as the server's user with the server's data dir and CA key in reach; " +
+		"an admin allows it by restarting muster-server with --host-agent-exec, which makes every operator root on this host"
+	hostPlansRefusal = "this machine's agent runs inside muster-server (--with-agent) and carries out no plan that writes files " +
+		"or runs instructions or probes unless an admin restarts muster-server with --host-agent-plans: they would run as the " +
+		"server's user with its data dir and CA key in reach (so that flag makes every operator root on this host); " +
+		"leave this machine out of the plan set's selector"
+	hostPortsFlag = "muster-server --host-agent-allow-port"
+)
+
+// agentConfig is the configuration of the host's agent: the abilities an
+// admin allowed, and the refusals of the rest.
+func (h HostAgentAbilities) agentConfig(acfg agent.Config) agent.Config {
+	acfg.DisableExec = !h.Exec
+	if acfg.DisableExec {
+		acfg.ExecRefusal = hostExecRefusal
+	}
+	if !h.Plans {
+		acfg.RefusePlans = hostPlansRefusal
+	}
+	acfg.AllowPorts, acfg.PortsFlag = h.AllowPorts, hostPortsFlag
+	return acfg
+}
+
 // runHostAgent runs the agent of the server's own host in this process
 // (--with-agent), as a k3s server runs an agent beside its control plane:
 // the host joins like any other machine, with a single-use token the server
@@ -28,7 +72,7 @@ const hostAgentTokenTTL = 10 * time.Minute
 // across restarts, so it never re-registers.
 func runHostAgent(ctx context.Context, cfg Config, loopback *rest.Config, serverURL string) {
 	dir := filepath.Join(cfg.DataDir, "agent")
-	acfg := agent.Config{Server: serverURL, DataDir: dir, Out: &prefixWriter{prefix: "host agent: ", w: os.Stderr}, LogFormat: "text"}
+	acfg := cfg.HostAgent.agentConfig(agent.Config{Server: serverURL, DataDir: dir, Out: &prefixWriter{prefix: "host agent: ", w: os.Stderr}, LogFormat: "text"})
 	acfg.NodeName, _ = os.Hostname()
 	acfg.NodeName = strings.ToLower(acfg.NodeName)
 	if !agent.Joined(dir) {

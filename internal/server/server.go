@@ -74,6 +74,9 @@ type Config struct {
 	// WithAgent also runs the agent of this server's own host.
 	AgentBinary string
 	WithAgent   bool
+	// HostAgent is what the host's agent (WithAgent) lets operators do on
+	// this host; nothing beyond reporting in unless an admin says so.
+	HostAgent HostAgentAbilities
 	// AgentBinariesDir holds muster-agent-<version>-<os>-<arch> files,
 	// served at /assets/agent/<version>/ for plans with spec.agentUpgrade.
 	AgentBinariesDir string

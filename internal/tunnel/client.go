@@ -23,17 +23,41 @@ import (
 type Policy struct {
 	// DisableExec refuses every exec (--disable-exec).
 	DisableExec bool
+	// ExecRefusal, if set, is why exec is disabled, told to whoever asks
+	// instead of the words for --disable-exec (the agent inside
+	// muster-server names the server's flag that allows it).
+	ExecRefusal string
 	// AllowPorts are the loopback ports a port-forward may reach
 	// (--allow-port, repeatable); none by default.
 	AllowPorts []int
+	// PortsFlag names the flag that publishes ports, for a refusal;
+	// "--allow-port" when empty.
+	PortsFlag string
 	// Log is the agent's recent log, served to `kubectl muster logs`.
 	Log *Ring
+}
+
+func (p Policy) execRefusal() string {
+	if p.ExecRefusal != "" {
+		return p.ExecRefusal
+	}
+	return "exec is disabled on this machine: its agent runs with --disable-exec (restart muster-agent without it to allow exec)"
+}
+
+func (p Policy) portsFlag() string {
+	if p.PortsFlag != "" {
+		return p.PortsFlag
+	}
+	return "--allow-port"
 }
 
 // String says what the policy lets through, for the agent's log.
 func (p Policy) String() string {
 	exec := "exec allowed"
-	if p.DisableExec {
+	switch {
+	case p.DisableExec && p.ExecRefusal != "":
+		exec = "exec disabled (" + p.ExecRefusal + ")"
+	case p.DisableExec:
 		exec = "exec disabled (--disable-exec)"
 	}
 	return fmt.Sprintf("%s; port-forward to loopback ports: %s", exec, strings.TrimPrefix(allowed(p.AllowPorts), "allowed: "))
@@ -188,7 +212,7 @@ func (c *Client) serveStream(ctx context.Context, s *yamux.Stream) {
 	switch req.Kind {
 	case KindExec:
 		if c.Policy.DisableExec {
-			refuse("exec is disabled on this machine: its agent runs with --disable-exec (restart muster-agent without it to allow exec)")
+			refuse("%s", c.Policy.execRefusal())
 			return
 		}
 		if err := ValidateCommand(req.Command); err != nil {
@@ -198,11 +222,14 @@ func (c *Client) serveStream(ctx context.Context, s *yamux.Stream) {
 		if err := writeHeader(s, Reply{}); err != nil {
 			return
 		}
-		c.say("exec by %s: %s", req.User, QuoteArgv(req.Command))
+		// Who and which program, never the arguments (DescribeCommand):
+		// this log is served to operators and, inside muster-server, is
+		// the server's log.
+		c.say("exec by %s of %s", req.User, DescribeCommand(req.Command))
 		runExec(ctx, s, req.Command)
 	case KindPortForward:
 		if !slices.Contains(c.Policy.AllowPorts, req.Port) {
-			refuse("port %d is not published by this agent: it forwards only to the loopback ports given with --allow-port (%s)", req.Port, allowed(c.Policy.AllowPorts))
+			refuse("port %d is not published by this agent: it forwards only to the loopback ports given with %s (%s)", req.Port, c.Policy.portsFlag(), allowed(c.Policy.AllowPorts))
 			return
 		}
 		var d net.Dialer

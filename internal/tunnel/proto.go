@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -86,21 +87,42 @@ func ValidatePort(s string) (int, error) {
 	return p, nil
 }
 
-// QuoteArgv shows a command line as a shell would take it, cut short: an
-// event's message has a size limit and a long argument is not the point.
-func QuoteArgv(argv []string) string {
-	parts := make([]string, len(argv))
-	for i, a := range argv {
-		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`;&|<>*?()[]{}") {
-			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+// DescribeCommand says what an exec ran, for its record (the server's log,
+// the Machine's Event, the agent's log): the program's base name and how
+// many arguments it had, never the arguments themselves. An exec's
+// arguments are where a password goes (mysql -p..., curl -u ...), and
+// viewers read Events. A program name that does not look like one (a
+// whole command line in argv[0], a long string) is not shown either.
+func DescribeCommand(argv []string) string {
+	if len(argv) == 0 {
+		return "no command"
+	}
+	prog := path.Base(argv[0])
+	if !plainProgram(prog) {
+		prog = fmt.Sprintf("a program named in %d bytes (not shown: it does not look like a program's name)", len(argv[0]))
+	}
+	switch n := len(argv) - 1; n {
+	case 0:
+		return prog + " with no arguments"
+	case 1:
+		return prog + " with 1 argument"
+	default:
+		return fmt.Sprintf("%s with %d arguments", prog, n)
+	}
+}
+
+// plainProgram says whether a program's base name is short and made only
+// of the characters program names are made of.
+func plainProgram(name string) bool {
+	if name == "" || len(name) > 64 || name == "." || name == "/" {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._+-", r)) {
+			return false
 		}
-		parts[i] = a
 	}
-	s := strings.Join(parts, " ")
-	if len(s) > 512 {
-		s = s[:512] + fmt.Sprintf("... (%d bytes)", len(s))
-	}
-	return s
+	return true
 }
 
 // writeHeader writes v as a length-prefixed JSON document: a stream's

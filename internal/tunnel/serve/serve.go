@@ -178,11 +178,13 @@ func (h *Server) exec(m *api.Machine, who user.Info, w http.ResponseWriter, r *h
 	return nil
 }
 
-// audit records an exec (who, where, what, how it ended) in the server's
-// log and as an Event on the Machine. Never its input or output.
+// audit records an exec (who, where, which program, how it ended) in the
+// server's log and as an Event on the Machine. Never its arguments, input
+// or output: an argument is where a password goes (mysql -p...), and
+// viewers read Events.
 func (h *Server) audit(m *api.Machine, who user.Info, argv []string, start time.Time, code int, err error) {
 	took := time.Since(start).Round(time.Millisecond)
-	cmd := tunnel.QuoteArgv(argv)
+	cmd := tunnel.DescribeCommand(argv)
 	if err != nil {
 		klog.InfoS("Exec on machine failed", "machine", m.Name, "user", who.GetName(), "groups", who.GetGroups(), "command", cmd, "duration", took, "err", err)
 		if h.Events != nil {
