@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -79,9 +80,13 @@ type Config struct {
 	AgentBinariesDir string
 
 	// Machine pools: DriversDir holds executable drivers
-	// (muster-driver-NAME); the built-in "process" driver keeps its
-	// machines under <data-dir>/pools.
-	DriversDir string
+	// (muster-driver-NAME). EnableProcessDriver offers the built-in
+	// "process" driver, which runs machines as this server's user on its
+	// host: whoever may write MachinePools gets a shell there. It keeps
+	// its machines under ProcessDriverDir (default: ProcessDriverDefaultDir).
+	DriversDir          string
+	EnableProcessDriver bool
+	ProcessDriverDir    string
 
 	// Aggregated mode: kubeconfigs of the kube-apiserver that authenticates
 	// and authorizes the users its aggregator sends (sample-apiserver's
@@ -100,6 +105,40 @@ type Config struct {
 	SnapshotDir      string
 	// SnapshotRetention is how many scheduled snapshots are kept.
 	SnapshotRetention int
+}
+
+// ProcessDriverDefaultDir is where the process driver keeps its machines
+// unless --process-driver-dir says otherwise: beside the data dir, never
+// in it, so that nothing of the server's is under a machine's dir.
+func ProcessDriverDefaultDir(dataDir string) string {
+	return filepath.Clean(dataDir) + "-process-machines"
+}
+
+// offerProcessDriver registers the process driver when an admin turned it
+// on, and otherwise makes a pool naming it say how.
+func offerProcessDriver(drivers *driver.Registry, cfg Config) error {
+	if !cfg.EnableProcessDriver {
+		drivers.Disable("process", "it runs machines as the server's user on the server's host, so whoever may write MachinePools would get a shell there; an admin who accepts that restarts muster-server with --enable-process-driver")
+		return nil
+	}
+	dir := cfg.ProcessDriverDir
+	if dir == "" {
+		dir = ProcessDriverDefaultDir(cfg.DataDir)
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	data, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	if rel, err := filepath.Rel(data, dir); err == nil && (rel == "." || !strings.HasPrefix(rel, "..")) {
+		return fmt.Errorf("--process-driver-dir %s is inside the data dir %s, where the server's CA key and admin kubeconfig are: choose a directory outside it", dir, data)
+	}
+	drivers.Add("process", driver.Process{Dir: dir, AgentBinary: install.AgentBinary(cfg.AgentBinary)})
+	klog.InfoS("The process machine-pool driver is enabled: whoever may write MachinePools may run commands as this server's user on this host", "dir", dir)
+	return nil
 }
 
 // tuneGC lets the garbage collector's target follow the server's load
@@ -221,9 +260,11 @@ func run(ctx context.Context, cfg Config) error {
 		Self: self, Locate: liveness.TunnelHolder, Transport: &http.Transport{TLSClientConfig: peerTLS, ForceAttemptHTTP2: true},
 	}}
 	drivers := driver.NewRegistry(cfg.DriversDir, map[string]driver.Driver{
-		"process": driver.Process{Dir: filepath.Join(cfg.DataDir, "pools"), AgentBinary: install.AgentBinary(cfg.AgentBinary)},
-		"ssh":     &driver.SSH{KeyDir: filepath.Join(cfg.DataDir, "drivers", "ssh"), Script: install.Script},
+		"ssh": &driver.SSH{KeyDir: filepath.Join(cfg.DataDir, "drivers", "ssh"), Script: install.Script},
 	})
+	if err := offerProcessDriver(drivers, cfg); err != nil {
+		return err
+	}
 	api, err := apiserver.New(apiserver.Config{
 		BindAddress:                 bind,
 		Port:                        cfg.HTTPSPort,
