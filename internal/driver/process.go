@@ -31,7 +31,14 @@ type Process struct {
 	Dir string
 	// AgentBinary is the muster-agent to run.
 	AgentBinary string
+	// User, if set, is the unprivileged user the agents run as (uid and
+	// gid, no supplementary groups); their dirs are theirs. Empty: the
+	// server's own user.
+	User *Credential
 }
+
+// Credential is the user and group an agent runs as.
+type Credential struct{ UID, GID uint32 }
 
 func (p Process) machineDir(name string) (string, error) {
 	if name == "" || strings.ContainsAny(name, "/\\") || name == "." || name == ".." {
@@ -57,6 +64,13 @@ func (p Process) Create(_ context.Context, req CreateRequest) (State, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("making %s: %w", dir, err)
 	}
+	if p.User != nil {
+		// The agent writes its data dir; the pid file and log stay the
+		// server's (opened here, handed over as a descriptor).
+		if err := os.Chown(dir, int(p.User.UID), int(p.User.GID)); err != nil {
+			return nil, fmt.Errorf("giving %s to uid %d: %w", dir, p.User.UID, err)
+		}
+	}
 	// A join token file left by an earlier version: the token is spent
 	// or will be, and nothing reads it.
 	_ = os.Remove(filepath.Join(dir, "join-token"))
@@ -74,6 +88,9 @@ func (p Process) Create(_ context.Context, req CreateRequest) (State, error) {
 	// and not in a file that would outlive the join.
 	cmd.Env = agentEnv(dir, req.Bootstrap.Token)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if p.User != nil {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: p.User.UID, Gid: p.User.GID, Groups: []uint32{}}
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", p.AgentBinary, err)
 	}

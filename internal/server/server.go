@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -87,6 +89,9 @@ type Config struct {
 	DriversDir          string
 	EnableProcessDriver bool
 	ProcessDriverDir    string
+	// ProcessDriverUser, if set, is the user (name or uid) the process
+	// driver's agents run as instead of the server's.
+	ProcessDriverUser string
 
 	// Aggregated mode: kubeconfigs of the kube-apiserver that authenticates
 	// and authorizes the users its aggregator sends (sample-apiserver's
@@ -136,8 +141,34 @@ func offerProcessDriver(drivers *driver.Registry, cfg Config) error {
 	if rel, err := filepath.Rel(data, dir); err == nil && (rel == "." || !strings.HasPrefix(rel, "..")) {
 		return fmt.Errorf("--process-driver-dir %s is inside the data dir %s, where the server's CA key and admin kubeconfig are: choose a directory outside it", dir, data)
 	}
-	drivers.Add("process", driver.Process{Dir: dir, AgentBinary: install.AgentBinary(cfg.AgentBinary)})
-	klog.InfoS("The process machine-pool driver is enabled: whoever may write MachinePools may run commands as this server's user on this host", "dir", dir)
+	p := driver.Process{Dir: dir, AgentBinary: install.AgentBinary(cfg.AgentBinary)}
+	if cfg.ProcessDriverUser != "" {
+		u, err := user.Lookup(cfg.ProcessDriverUser)
+		if err != nil {
+			if u, err = user.LookupId(cfg.ProcessDriverUser); err != nil {
+				return fmt.Errorf("--process-driver-user %s: no such user on this host: %w", cfg.ProcessDriverUser, err)
+			}
+		}
+		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+		if err1 != nil || err2 != nil || uid == 0 {
+			return fmt.Errorf("--process-driver-user %s (uid %s, gid %s): give an unprivileged user, not root", cfg.ProcessDriverUser, u.Uid, u.Gid)
+		}
+		p.User = &driver.Credential{UID: uint32(uid), GID: uint32(gid)}
+		// The agents' dirs are under dir: the user must reach them.
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("making --process-driver-dir %s: %w", dir, err)
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	drivers.Add("process", p)
+	who := "this server's user"
+	if p.User != nil {
+		who = "user " + cfg.ProcessDriverUser
+	}
+	klog.InfoS("The process machine-pool driver is enabled: whoever may write MachinePools may run commands on this host as "+who, "dir", dir)
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -382,3 +383,64 @@ spec: {cluster: edge-east, driver: ssh}
 		t.Errorf("an admin's Machine with driver state: %v\n%s; want 422", err, out)
 	}
 }
+
+// TestTrustProcessDriverAsAnotherUser: with --process-driver-user, the
+// process driver's agents run as that unprivileged user, so what an
+// operator runs in a machine (kubectl muster exec) cannot read the
+// server's CA key. Before issue 27 there was no such flag, and the agents
+// ran as the server's user (root here: the command read the key).
+func TestTrustProcessDriverAsAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test runs the server as root, as CI does, to start agents as nobody")
+	}
+	// The agents' user must reach their dirs: a 0755 dir of its own, not
+	// under the test's 0700 temp dir.
+	machines, err := os.MkdirTemp("", "muster-process-machines-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(machines) })
+	if err := os.Chmod(machines, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "", processDriver, "--process-driver-dir", machines, "--process-driver-user", "nobody")
+	t.Cleanup(func() {
+		entries, _ := os.ReadDir(machines)
+		for _, e := range entries {
+			b, _ := os.ReadFile(filepath.Join(machines, e.Name(), "pid"))
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
+				_ = syscallKillGroup(pid)
+			}
+		}
+	})
+	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
+	operator := userKubeconfig(t, s, "olga", "muster:operators")
+	if out, err := operatorApply(t, operator, `apiVersion: muster.io/v1alpha1
+kind: MachinePool
+metadata: {name: edge}
+spec: {cluster: edge-east, replicas: 1, template: {driver: process}}
+`); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var machine string
+	waitFor(t, 120*time.Second, "the pool's machine Running", func() bool {
+		for m, phase := range poolMachines(s, "edge") {
+			machine = m
+			return phase == "Running"
+		}
+		return false
+	})
+	caKey := filepath.Join(s.dataDir, "tls", "ca.key")
+	out, errOut, code := kubectlMuster(t, operator, "exec", "machine/"+machine, "--", "sh", "-c", "id -u; cat "+caKey)
+	t.Logf("an operator's exec of `id -u; cat %s`: exit %d\n%s%s", caKey, code, out, errOut)
+	if strings.TrimSpace(strings.SplitN(out, "\n", 2)[0]) != "65534" {
+		t.Errorf("the machine's commands run as uid %q, want nobody's 65534", strings.SplitN(out, "\n", 2)[0])
+	}
+	if code == 0 || strings.Contains(out, "PRIVATE KEY") {
+		t.Errorf("an operator's command in a process machine read the server's CA key (exit %d)", code)
+	}
+}
+
+// syscallKillGroup kills the process group pid leads (an agent the
+// process driver started in its own session).
+func syscallKillGroup(pid int) error { return syscall.Kill(-pid, syscall.SIGKILL) }
