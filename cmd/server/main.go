@@ -101,7 +101,10 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.IntSliceVar(&cfg.HostAgent.AllowPorts, "host-agent-allow-port", nil, "with --with-agent: a port on this host's loopback that kubectl muster port-forward may reach (repeatable; none by default). Every operator reaches whatever listens there as if they were on this host")
 
 	// Machine pools: drivers beyond the built-in ones.
-	fl.StringVar(&cfg.DriversDir, "drivers-dir", "", "directory of machine-pool drivers (executables muster-driver-NAME); the built-in driver is \"process\"")
+	fl.StringVar(&cfg.DriversDir, "drivers-dir", "", "directory of machine-pool drivers (executables muster-driver-NAME); \"ssh\" is built in, and \"process\" with --enable-process-driver")
+	fl.BoolVar(&cfg.EnableProcessDriver, "enable-process-driver", false, "offer the built-in \"process\" machine-pool driver, which runs each machine as a muster-agent process on this host as this server's user: it gives whoever may write MachinePools (operators) a shell as that user (root, if the server runs as root) on this host. For demos and tests")
+	fl.StringVar(&cfg.ProcessDriverDir, "process-driver-dir", "", "with --enable-process-driver: directory of the process driver's machines, outside --data-dir (default <data-dir>-process-machines)")
+	fl.StringVar(&cfg.ProcessDriverUser, "process-driver-user", "", "with --enable-process-driver: run the machines' agents as this unprivileged user (name or uid; e.g. nobody) instead of the server's user, so that commands run in them cannot read the server's data dir; the server must run as root, and the user must be able to reach --process-driver-dir and the agent binary")
 
 	// Aggregated mode: behind a kube-apiserver (docs/aggregated.md).
 	fl.StringVar(&cfg.AuthenticationKubeconfig, "authentication-kubeconfig", "", "aggregated mode: kubeconfig of the kube-apiserver that authenticates the users its aggregator sends (front-proxy headers, TokenReview)")

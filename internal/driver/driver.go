@@ -3,9 +3,12 @@
 // infrastructure can implement as an executable, and the built-in drivers.
 //
 // An executable driver is muster-driver-NAME in the server's drivers dir,
-// called as `muster-driver-NAME schema|create|remove|status` with one JSON
-// request on stdin (`{}` for schema); it prints one JSON response on stdout and exits 0, or exits
-// non-zero with its reason on stderr. Every call has a timeout.
+// called as `muster-driver-NAME schema|validate|create|remove|status` with
+// one JSON request on stdin (`{}` for schema); it prints one JSON response
+// on stdout and exits 0, or exits non-zero with its reason on stderr. Every
+// call has a timeout. `validate` (a HostRequest with the config alone) is
+// asked only of a driver whose schema says "validates": true; exit 0
+// accepts the config, any other exit refuses it with stderr as the reason.
 package driver
 
 import (
@@ -73,9 +76,29 @@ type Driver interface {
 	Status(ctx context.Context, req HostRequest) (Status, error)
 }
 
+// Validator is a driver that can say, before making anything, whether a
+// config is one it will accept: the one decision point admission (every
+// pool write) and create share. Validate returns a *ConfigError for a
+// config the driver refuses, any other error when it could not decide.
+type Validator interface {
+	Validate(ctx context.Context, config map[string]string) error
+}
+
+// ConfigError is a config a driver refuses: permanent, since the same
+// config is refused again on every call. Key names the offending
+// driverConfig key when the driver knows it.
+type ConfigError struct {
+	Key, Value, Reason string
+}
+
+func (e *ConfigError) Error() string { return e.Reason }
+
 // Registry finds drivers by name: built-in ones first, then executables.
 type Registry struct {
 	builtin map[string]Driver
+	// disabled are built-in drivers this server does not offer, with how
+	// an admin turns each on: a pool naming one is refused saying so.
+	disabled map[string]string
 	// Dir holds the executable drivers (muster-driver-NAME); empty for none.
 	Dir string
 	// schemas caches what executables printed for `schema`, so that
@@ -86,6 +109,26 @@ type Registry struct {
 // NewRegistry returns a registry with the given built-in drivers.
 func NewRegistry(dir string, builtin map[string]Driver) *Registry {
 	return &Registry{builtin: builtin, Dir: dir}
+}
+
+// Add offers a built-in driver the server turned on at start.
+func (r *Registry) Add(name string, d Driver) {
+	if r.builtin == nil {
+		r.builtin = map[string]Driver{}
+	}
+	r.builtin[name] = d
+	delete(r.disabled, name)
+}
+
+// Disable names a built-in driver this server does not offer and how an
+// admin enables it. It is not listed, and a pool naming it is refused with
+// enable in the message; an executable of the same name in Dir is not
+// used either, so the name keeps one meaning.
+func (r *Registry) Disable(name, enable string) {
+	if r.disabled == nil {
+		r.disabled = map[string]string{}
+	}
+	r.disabled[name] = enable
 }
 
 // UnknownError is a driver name the registry has no driver for. Admission
@@ -103,6 +146,9 @@ type UnknownError struct {
 
 func (e *UnknownError) Error() string {
 	msg := fmt.Sprintf("no driver %q (%s); the drivers are %s", e.Name, e.Reason, strings.Join(e.Available, ", "))
+	if strings.HasPrefix(e.Reason, "the built-in driver is not enabled") {
+		return msg
+	}
 	if e.Dir == "" {
 		return msg + "; the server has no --drivers-dir for executable drivers"
 	}
@@ -114,6 +160,9 @@ func (e *UnknownError) Error() string {
 func (r *Registry) Lookup(name string) (Driver, error) {
 	if d, ok := r.builtin[name]; ok {
 		return d, nil
+	}
+	if enable, ok := r.disabled[name]; ok {
+		return nil, &UnknownError{Name: name, Reason: "the built-in driver is not enabled on this server: " + enable, Available: r.Names(), Dir: r.Dir}
 	}
 	if r.Dir == "" {
 		return nil, &UnknownError{Name: name, Reason: "not built in", Available: r.Names()}
@@ -136,7 +185,7 @@ func (r *Registry) Names() []string {
 		entries, _ := os.ReadDir(r.Dir) // an unreadable dir has no drivers; Lookup says why
 		for _, e := range entries {
 			name, ok := strings.CutPrefix(e.Name(), "muster-driver-")
-			if !ok || r.builtin[name] != nil {
+			if _, off := r.disabled[name]; !ok || r.builtin[name] != nil || off {
 				continue
 			}
 			if _, err := newExecutable(r.Dir, name); err == nil {
@@ -168,6 +217,37 @@ func (r *Registry) Schema(ctx context.Context, name string) (Schema, error) {
 		return d.Schema(ctx)
 	}
 	return r.schemas.get(ctx, e)
+}
+
+// ValidateTimeout bounds a driver's validate call: it runs while a client
+// waits for its pool write, and a check of a config makes nothing.
+const ValidateTimeout = 10 * time.Second
+
+// Validate asks the driver called name whether it accepts config: nil
+// when it does (or cannot be asked: an executable whose schema does not
+// say it validates), a *ConfigError when it refuses, another error when
+// it could not decide (it failed or timed out).
+func (r *Registry) Validate(ctx context.Context, name string, config map[string]string) error {
+	d, err := r.Lookup(name)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, ValidateTimeout)
+	defer cancel()
+	if e, ok := d.(executable); ok {
+		s, err := r.schemas.get(ctx, e)
+		if err != nil {
+			return err
+		}
+		if !s.Validates {
+			return nil
+		}
+	}
+	v, ok := d.(Validator)
+	if !ok {
+		return nil
+	}
+	return v.Validate(ctx, config)
 }
 
 // EncodeState and DecodeState keep State in the Machine's annotation.

@@ -78,6 +78,19 @@ func (e executable) Schema(ctx context.Context) (Schema, error) {
 	return s, nil
 }
 
+// Validate asks the driver whether it accepts config. A non-zero exit is
+// a refusal, unless the call was cut by its timeout or the server.
+func (e executable) Validate(ctx context.Context, config map[string]string) error {
+	err := e.call(ctx, "validate", HostRequest{Config: config}, nil)
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s validate did not answer within %s: %w", filepath.Base(e.path), ValidateTimeout, ctx.Err())
+	}
+	return &ConfigError{Reason: err.Error()}
+}
+
 func (e executable) Create(ctx context.Context, req CreateRequest) (State, error) {
 	var s State
 	return s, e.call(ctx, "create", req, &s)

@@ -20,12 +20,25 @@ import (
 // Dir/<machine>. For demos, tests and trying pools without infrastructure.
 // Its processes run in their own session, so they outlive a server crash
 // like hosts would; the server finds them again by their pid file.
+//
+// Whoever may write MachinePools may run commands in those machines
+// (exec, plans): they run as the server's user on the server's host. So
+// the server offers this driver only when an admin turns it on
+// (--enable-process-driver), Dir is outside the server's data dir, and an
+// agent starts with an environment of its own, never the server's.
 type Process struct {
 	// Dir holds one directory per machine.
 	Dir string
 	// AgentBinary is the muster-agent to run.
 	AgentBinary string
+	// User, if set, is the unprivileged user the agents run as (uid and
+	// gid, no supplementary groups); their dirs are theirs. Empty: the
+	// server's own user.
+	User *Credential
 }
+
+// Credential is the user and group an agent runs as.
+type Credential struct{ UID, GID uint32 }
 
 func (p Process) machineDir(name string) (string, error) {
 	if name == "" || strings.ContainsAny(name, "/\\") || name == "." || name == ".." {
@@ -51,20 +64,33 @@ func (p Process) Create(_ context.Context, req CreateRequest) (State, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("making %s: %w", dir, err)
 	}
-	tokenFile := filepath.Join(dir, "join-token")
-	if err := pki.WriteFileAtomic(tokenFile, []byte(req.Bootstrap.Token+"\n"), 0o600); err != nil {
-		return nil, err
+	if p.User != nil {
+		// The agent writes its data dir; the pid file and log stay the
+		// server's (opened here, handed over as a descriptor).
+		if err := os.Chown(dir, int(p.User.UID), int(p.User.GID)); err != nil {
+			return nil, fmt.Errorf("giving %s to uid %d: %w", dir, p.User.UID, err)
+		}
 	}
+	// A join token file left by an earlier version: the token is spent
+	// or will be, and nothing reads it.
+	_ = os.Remove(filepath.Join(dir, "join-token"))
 	log, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	defer log.Close()
 	cmd := exec.Command(p.AgentBinary, "--server", req.Bootstrap.ServerURL, "--data-dir", filepath.Join(dir, "agent"),
-		"--node-name", req.Name, "--token-file", tokenFile)
+		"--node-name", req.Name)
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.Env = append(os.Environ(), "MUSTER_TOKEN=", "MUSTER_TOKEN_FILE=")
+	cmd.Dir = dir
+	// The token goes in the agent's environment, which the agent drops
+	// once read: not on its command line (every local user reads that),
+	// and not in a file that would outlive the join.
+	cmd.Env = agentEnv(dir, req.Bootstrap.Token)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if p.User != nil {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: p.User.UID, Gid: p.User.GID, Groups: []uint32{}}
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", p.AgentBinary, err)
 	}
@@ -75,6 +101,25 @@ func (p Process) Create(_ context.Context, req CreateRequest) (State, error) {
 		return nil, err
 	}
 	return State{"pid": strconv.Itoa(pid), "dir": dir}, nil
+}
+
+// agentEnv is the whole environment of a machine's agent: a PATH for the
+// commands plans run, a HOME of its own, the locale and time zone, and
+// the join token. Nothing else of the server's: no MUSTER_* variable
+// (the server token, the datastore endpoint and its password), no
+// credential a server's environment may hold.
+func agentEnv(dir, token string) []string {
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	env := []string{"PATH=" + path, "HOME=" + dir, "MUSTER_TOKEN=" + token}
+	for _, k := range []string{"LANG", "LC_ALL", "TZ"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
 }
 
 // running returns the agent process recorded in dir's pid file if it is

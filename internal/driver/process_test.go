@@ -4,7 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -20,6 +22,11 @@ func fakeAgent(t *testing.T) string {
 }
 
 func TestProcessDriver(t *testing.T) {
+	// What the server's environment holds must not reach its machines,
+	// which operators may run commands in (issue 27).
+	t.Setenv("MUSTER_DATASTORE_ENDPOINT", "postgres://muster:dbsecret@db/muster")
+	t.Setenv("MUSTER_TOKEN", "K10servertoken")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "awssecret")
 	p := Process{Dir: t.TempDir(), AgentBinary: fakeAgent(t)}
 	ctx := context.Background()
 	req := CreateRequest{Name: "m-1", Bootstrap: Bootstrap{ServerURL: "https://127.0.0.1:1", Token: "K10secret"}}
@@ -36,8 +43,26 @@ func TestProcessDriver(t *testing.T) {
 	if err != nil || again["pid"] != first["pid"] {
 		t.Fatalf("a repeated create started another process: %v then %v (%v)", first, again, err)
 	}
-	if fi, err := os.Stat(filepath.Join(p.Dir, "m-1", "join-token")); err != nil || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("the join token file: %v, mode %v; want 0600", err, fi.Mode())
+	// The join token is in the agent's environment, alone of the
+	// server's secrets, and in no file and on no command line.
+	if _, err := os.Stat(filepath.Join(p.Dir, "m-1", "join-token")); !os.IsNotExist(err) {
+		t.Errorf("a join token file is in the machine's dir: %v", err)
+	}
+	environ, err := os.ReadFile("/proc/" + first["pid"] + "/environ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := strings.Split(string(environ), "\x00")
+	if !slices.Contains(env, "MUSTER_TOKEN=K10secret") {
+		t.Errorf("the agent's environment has not its join token: %q", env)
+	}
+	for _, secret := range []string{"dbsecret", "K10servertoken", "awssecret", "MUSTER_DATASTORE"} {
+		if strings.Contains(string(environ), secret) {
+			t.Errorf("the agent's environment holds the server's %q: %q", secret, env)
+		}
+	}
+	if cmdline, _ := os.ReadFile("/proc/" + first["pid"] + "/cmdline"); strings.Contains(string(cmdline), "K10secret") {
+		t.Errorf("the join token is on the agent's command line: %q", cmdline)
 	}
 	if err := p.Remove(ctx, HostRequest{Name: "m-1"}); err != nil {
 		t.Fatal(err)

@@ -37,6 +37,11 @@ type Schema struct {
 	Description string `json:"description,omitempty"`
 	// Fields are the keys it accepts; any other key is refused.
 	Fields []Field `json:"fields"`
+	// Validates says the driver answers `validate`: the server asks it
+	// about every pool's config at admission, beyond these fields' types,
+	// and treats its refusal as permanent (a Machine whose config it
+	// refuses is not retried forever on remove).
+	Validates bool `json:"validates,omitempty"`
 }
 
 // maxConfigValue bounds one config value: configs live on the pool and

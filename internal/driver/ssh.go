@@ -113,7 +113,8 @@ func (t sshTarget) state() State {
 }
 
 // parseTarget reads config, then lets state (what create recorded)
-// override where the machine is.
+// override where the machine is. A config it refuses is a *ConfigError:
+// Validate (admission) and Create make this same check.
 func parseTarget(config map[string]string, state State) (sshTarget, error) {
 	get := func(k, def string) string {
 		if v, ok := state[k]; ok && v != "" {
@@ -124,40 +125,51 @@ func parseTarget(config map[string]string, state State) (sshTarget, error) {
 		}
 		return def
 	}
+	refuse := func(key, reason string, args ...any) (sshTarget, error) {
+		return sshTarget{}, &ConfigError{Key: key, Value: get(key, ""), Reason: fmt.Sprintf(reason, args...)}
+	}
 	t := sshTarget{host: get("host", ""), user: get("user", "root"), init: get("init", "auto"),
 		binDir: get("binDir", "/usr/local/bin"), dataDir: get("dataDir", ""), serviceDir: get("serviceDir", ""),
 		hostKeyLine: strings.TrimSpace(get("hostKey", ""))}
 	if !sshHost.MatchString(t.host) {
-		return t, fmt.Errorf("driverConfig host %q is not a host name or address: set it to the host to install on", t.host)
+		return refuse("host", "driverConfig host %q is not a host name or address: set it to the host to install on", t.host)
 	}
 	port, err := strconv.Atoi(get("port", "22"))
 	if err != nil || port < 1 || port > 65535 {
-		return t, fmt.Errorf("driverConfig port %q is not a port (1-65535)", get("port", "22"))
+		return refuse("port", "driverConfig port %q is not a port (1-65535)", get("port", "22"))
 	}
 	t.port = port
 	if !sshUser.MatchString(t.user) {
-		return t, fmt.Errorf("driverConfig user %q is not a user name", t.user)
+		return refuse("user", "driverConfig user %q is not a user name", t.user)
 	}
 	if t.sudo, err = strconv.ParseBool(get("sudo", "false")); err != nil {
-		return t, fmt.Errorf("driverConfig sudo %q is not true or false", get("sudo", ""))
+		return refuse("sudo", "driverConfig sudo %q is not true or false", get("sudo", ""))
 	}
 	switch t.init {
 	case "auto", "systemd", "openrc", "none":
 	default:
-		return t, fmt.Errorf("driverConfig init %q: use systemd, openrc, none or auto", t.init)
+		return refuse("init", "driverConfig init %q: use systemd, openrc, none or auto", t.init)
 	}
-	for k, v := range map[string]string{"binDir": t.binDir, "dataDir": t.dataDir, "serviceDir": t.serviceDir} {
-		if v != "" && (!sshSafePath.MatchString(v) || v == "/") {
-			return t, fmt.Errorf("driverConfig %s %q must be an absolute path other than / of letters, digits and _ . / -", k, v)
+	for _, k := range []string{"binDir", "dataDir", "serviceDir"} {
+		if v := map[string]string{"binDir": t.binDir, "dataDir": t.dataDir, "serviceDir": t.serviceDir}[k]; v != "" && (!sshSafePath.MatchString(v) || v == "/") {
+			return refuse(k, "driverConfig %s %q must be an absolute path other than / of letters, digits and _ . / -", k, v)
 		}
 	}
 	if t.hostKeyLine == "" {
-		return t, errors.New("driverConfig hostKey is empty: set it to the host's public key (a line of /etc/ssh/ssh_host_ed25519_key.pub on the host, checked out of band); the driver trusts no host key it is not given")
+		return refuse("hostKey", "driverConfig hostKey is empty: set it to the host's public key (a line of /etc/ssh/ssh_host_ed25519_key.pub on the host, checked out of band); the driver trusts no host key it is not given")
 	}
 	if t.hostKey, _, _, _, err = ssh.ParseAuthorizedKey([]byte(t.hostKeyLine)); err != nil {
-		return t, fmt.Errorf("driverConfig hostKey is not a public key in authorized_keys format (\"ssh-ed25519 AAAA…\"): %v", err)
+		return refuse("hostKey", "driverConfig hostKey is not a public key in authorized_keys format (\"ssh-ed25519 AAAA…\"): %v", err)
 	}
 	return t, nil
+}
+
+// Validate is the check Create makes of a pool's config before it
+// reaches for the host, asked at admission so that a config the driver
+// would refuse is never stored.
+func (d *SSH) Validate(_ context.Context, config map[string]string) error {
+	_, err := parseTarget(config, nil)
+	return err
 }
 
 // PublicKey returns the server's SSH public key in authorized_keys format,
@@ -277,9 +289,25 @@ func (d *SSH) connect(ctx context.Context, t sshTarget) (*ssh.Client, error) {
 	}
 	dialCtx, cancel := context.WithTimeout(ctx, sshConnectTimeout)
 	defer cancel()
-	conn, err := (&net.Dialer{}).DialContext(dialCtx, "tcp", t.addr())
+	c, err := dial(dialCtx, t, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach %s over SSH: %w; check driverConfig host and port and that sshd runs there", t.addr(), err)
+		// The operator who wrote the pool sees one message whatever the
+		// network said: quoting "connection refused" or "handshake
+		// failed: EOF" would make the driver a port scanner of every
+		// host:port an operator names. The cause is in the server's log.
+		klog.InfoS("The ssh driver could not reach or log in to a host", "address", t.addr(), "user", t.user, "err", err)
+		return nil, fmt.Errorf("the ssh driver could not reach or log in to %s as %s; the server's log has the cause. Check that sshd runs there, that driverConfig hostKey is the host's key, and that the server's public key (kubectl get --raw /drivers/ssh) is in ~%s/.ssh/authorized_keys: %s",
+			t.addr(), t.user, t.user, pub)
+	}
+	return c, nil
+}
+
+// dial connects and logs in; its errors are the network's and the host's
+// own words, for the server's log only.
+func dial(ctx context.Context, t sshTarget, cfg *ssh.ClientConfig) (*ssh.Client, error) {
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", t.addr())
+	if err != nil {
+		return nil, err
 	}
 	// The handshake has its own bound: a port that accepts and then says
 	// nothing must not hold a create forever.
@@ -287,10 +315,7 @@ func (d *SSH) connect(ctx context.Context, t sshTarget) (*ssh.Client, error) {
 	c, chans, reqs, err := ssh.NewClientConn(conn, t.addr(), cfg)
 	if err != nil {
 		_ = conn.Close()
-		if strings.Contains(err.Error(), "unable to authenticate") {
-			return nil, fmt.Errorf("%s refused the server's SSH key for user %s: add this line to ~%s/.ssh/authorized_keys there: %s", t.addr(), t.user, t.user, pub)
-		}
-		return nil, fmt.Errorf("SSH to %s: %w", t.addr(), err)
+		return nil, err
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return ssh.NewClient(c, chans, reqs), nil

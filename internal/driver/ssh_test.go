@@ -207,7 +207,11 @@ func TestSSHDriver(t *testing.T) {
 }
 
 // TestSSHDriverRefuses: the driver logs in nowhere it cannot verify, and
-// says what the operator must do; nothing is installed.
+// says what the operator must do; nothing is installed. Whatever the
+// network or the host said (a closed port, a port that is not SSH,
+// another host key, the server's key not authorized), the message is the
+// same but for the address: what an operator reads back from a Machine
+// must not tell an open port from a closed one (issue 27).
 func TestSSHDriverRefuses(t *testing.T) {
 	s := sshtest.Start(t)
 	otherKey, _, _ := ed25519.GenerateKey(rand.Reader)
@@ -217,6 +221,10 @@ func TestSSHDriverRefuses(t *testing.T) {
 	}
 	authorized := &SSH{KeyDir: filepath.Join(t.TempDir(), "k"), Script: []byte(fakeInstall)}
 	authorize(t, s, authorized)
+	authorizedPub, err := authorized.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
 	unknown := &SSH{KeyDir: filepath.Join(t.TempDir(), "k"), Script: []byte(fakeInstall)}
 	unknownPub, err := unknown.PublicKey()
 	if err != nil {
@@ -228,18 +236,44 @@ func TestSSHDriverRefuses(t *testing.T) {
 	}
 	closedPort := strconv.Itoa(closed.Addr().(*net.TCPAddr).Port)
 	closed.Close()
+	// Ports that answer but are not SSH: one hangs up at once, one speaks
+	// another protocol.
+	notSSH := func(greeting string) string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				_, _ = c.Write([]byte(greeting))
+				c.Close()
+			}
+		}()
+		return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	}
+	hangUp, http := notSSH(""), notSSH("HTTP/1.1 400 Bad Request\r\n\r\n")
 
+	const unreachable = "could not reach or log in to"
+	normalized := map[string]string{} // case -> message without address and key
 	for _, tc := range []struct {
 		name   string
 		d      *SSH
+		pub    string
 		change map[string]string
 		want   []string
 	}{
-		{"another host key", authorized, map[string]string{"hostKey": string(ssh.MarshalAuthorizedKey(other))}, []string{"pins in driverConfig hostKey", ssh.FingerprintSHA256(other)}},
-		{"the server's key not authorized", unknown, nil, []string{"authorized_keys", unknownPub}},
-		{"nothing listening", authorized, map[string]string{"port": closedPort}, []string{"cannot reach", "check driverConfig host and port"}},
-		{"a host key that does not parse", authorized, map[string]string{"hostKey": "ssh-ed25519 nonsense"}, []string{"authorized_keys format"}},
-		{"no host key", authorized, map[string]string{"hostKey": ""}, []string{"hostKey is empty"}},
+		{"another host key", authorized, authorizedPub, map[string]string{"hostKey": string(ssh.MarshalAuthorizedKey(other))}, []string{unreachable, "hostKey"}},
+		{"the server's key not authorized", unknown, unknownPub, nil, []string{unreachable, "authorized_keys", unknownPub}},
+		{"nothing listening", authorized, authorizedPub, map[string]string{"port": closedPort}, []string{unreachable, "sshd runs there"}},
+		{"a port that hangs up", authorized, authorizedPub, map[string]string{"port": hangUp}, []string{unreachable}},
+		{"a port that speaks HTTP", authorized, authorizedPub, map[string]string{"port": http}, []string{unreachable}},
+		{"a host key that does not parse", authorized, "", map[string]string{"hostKey": "ssh-ed25519 nonsense"}, []string{"authorized_keys format"}},
+		{"no host key", authorized, "", map[string]string{"hostKey": ""}, []string{"hostKey is empty"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -263,7 +297,28 @@ func TestSSHDriverRefuses(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(root, "record")); err == nil {
 				t.Errorf("the install script ran")
 			}
+			if tc.pub != "" {
+				msg := strings.ReplaceAll(err.Error(), net.JoinHostPort(cfg["host"], cfg["port"]), "ADDR")
+				normalized[tc.name] = strings.ReplaceAll(msg, tc.pub, "KEY")
+			}
 		})
+	}
+	var first string
+	for name, msg := range normalized {
+		if first == "" {
+			first = msg
+		}
+		if msg != first {
+			t.Errorf("%s: the message %q differs from %q: it tells the operator what the network said", name, msg, first)
+		}
+		for _, leak := range []string{"refused", "EOF", "handshake", "SHA256:", "HTTP"} {
+			if strings.Contains(msg, leak) {
+				t.Errorf("%s: the message quotes the network (%q): %s", name, leak, msg)
+			}
+		}
+	}
+	if len(normalized) != 5 {
+		t.Errorf("compared %d connection failures, want 5", len(normalized))
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"slices"
@@ -26,11 +27,13 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/driver"
@@ -62,6 +65,7 @@ type Controller struct {
 	pools     listers.MachinePoolLister
 	machines  listers.MachineLister
 	drivers   *driver.Registry
+	events    record.EventRecorder
 	serverURL string
 	loop      *reconcile.Loop
 	// expect is what this controller did that its cache has not shown
@@ -132,9 +136,10 @@ func (e *expectations) pending(pool string, ms []*api.Machine) bool {
 }
 
 // NewController registers its informers with factory.
-func NewController(client versioned.Interface, factory informers.SharedInformerFactory, drivers *driver.Registry, serverURL string) *Controller {
+// events records on Machines what the operator must know.
+func NewController(client versioned.Interface, factory informers.SharedInformerFactory, drivers *driver.Registry, events record.EventRecorder, serverURL string) *Controller {
 	v := factory.Muster().V1alpha1()
-	c := &Controller{client: client, pools: v.MachinePools().Lister(), machines: v.Machines().Lister(), drivers: drivers, serverURL: serverURL, loop: reconcile.NewLoop()}
+	c := &Controller{client: client, pools: v.MachinePools().Lister(), machines: v.Machines().Lister(), drivers: drivers, events: events, serverURL: serverURL, loop: reconcile.NewLoop()}
 	_, _ = v.MachinePools().Informer().AddEventHandler(c.loop.Handler())
 	_, _ = v.Machines().Informer().AddEventHandler(c.loop.Handler())
 	return c
@@ -357,7 +362,7 @@ func victims(ms []*api.Machine, n int, policy string) []*api.Machine {
 // createdAtAnnotation records when the controller made a Machine to the
 // nanosecond: creationTimestamp has whole seconds, and a pool makes many
 // machines in one, which the delete policy must still tell apart.
-const createdAtAnnotation = "muster.io/pool-created-at"
+const createdAtAnnotation = api.PoolCreatedAtAnnotation
 
 func createdAt(m *api.Machine) time.Time {
 	if t, err := time.Parse(time.RFC3339Nano, m.Annotations[createdAtAnnotation]); err == nil {
@@ -477,7 +482,11 @@ func (c *Controller) remove(ctx context.Context, p *api.MachinePool, m *api.Mach
 // releaseHost has the driver remove a deleted Machine's host once the
 // lifecycle holds it in Deleting, then drops the host finalizer so the
 // lifecycle can finish. A driver that fails leaves the Machine in Deleting
-// with its reason, and is tried again.
+// with its reason, and is tried again — unless the driver refuses the
+// Machine's config itself (its validate, the check its create makes
+// first): that refusal is permanent, so retrying would hold the Machine
+// in Deleting forever. Then the Machine goes with a Warning Event that
+// says what of the host may be left for the operator to remove by hand.
 func (c *Controller) releaseHost(ctx context.Context, d driver.Driver, m *api.Machine) error {
 	if m.Status.Phase != api.MachinePhaseDeleting || !slices.Contains(m.Finalizers, api.MachineHostFinalizer) {
 		return nil
@@ -486,17 +495,31 @@ func (c *Controller) releaseHost(ctx context.Context, d driver.Driver, m *api.Ma
 	var config map[string]string
 	_ = json.Unmarshal([]byte(m.Annotations[api.DriverConfigAnnotation]), &config)
 	if err := d.Remove(ctx, driver.HostRequest{Name: m.Name, Config: config, State: state}); err != nil {
-		msg := fmt.Sprintf("driver %s could not remove the host (retried until it can; the Machine stays until then): %v", m.Spec.Driver, err)
-		if len(msg) > 2048 {
-			msg = strings.ToValidUTF8(msg[:2048], "")
+		var refused *driver.ConfigError
+		if verr := c.drivers.Validate(ctx, m.Spec.Driver, config); !errors.As(verr, &refused) {
+			msg := fmt.Sprintf("driver %s could not remove the host (retried until it can; the Machine stays until then): %v", m.Spec.Driver, err)
+			if len(msg) > 2048 {
+				msg = strings.ToValidUTF8(msg[:2048], "")
+			}
+			if m.Status.Reason != "DriverRemoveFailed" || m.Status.Message != msg {
+				next := m.DeepCopy()
+				next.Status.Reason, next.Status.Message = "DriverRemoveFailed", msg
+				setProvisioned(next, false, "DriverRemoveFailed", msg)
+				_, _ = c.client.MusterV1alpha1().Machines().UpdateStatus(ctx, next, metav1.UpdateOptions{})
+			}
+			return fmt.Errorf("machine %s: %s", m.Name, msg)
 		}
-		if m.Status.Reason != "DriverRemoveFailed" || m.Status.Message != msg {
-			next := m.DeepCopy()
-			next.Status.Reason, next.Status.Message = "DriverRemoveFailed", msg
-			setProvisioned(next, false, "DriverRemoveFailed", msg)
-			_, _ = c.client.MusterV1alpha1().Machines().UpdateStatus(ctx, next, metav1.UpdateOptions{})
+		left := "the driver never recorded a host for it"
+		if len(state) > 0 && state["created"] != "false" {
+			encoded, _ := driver.EncodeState(state)
+			left = "the driver recorded the host as " + encoded + ": remove what is left of it there by hand"
 		}
-		return fmt.Errorf("machine %s: %s", m.Name, msg)
+		msg := fmt.Sprintf("driver %s refuses this machine's driverConfig (%s), so it cannot remove the host and never will: the Machine goes without it; %s", m.Spec.Driver, refused.Reason, left)
+		if len(msg) > 1024 {
+			msg = strings.ToValidUTF8(msg[:1024], "")
+		}
+		c.events.Event(m, corev1.EventTypeWarning, "DriverRefusedConfig", msg)
+		klog.InfoS("Releasing a pool machine whose driver refuses its config", "machine", m.Name, "driver", m.Spec.Driver, "removeErr", err, "reason", refused.Reason)
 	}
 	rest := slices.DeleteFunc(slices.Clone(m.Finalizers), func(f string) bool { return f == api.MachineHostFinalizer })
 	patch := fmt.Sprintf(`{"metadata":{"finalizers":%s,"resourceVersion":%q}}`, mustJSON(rest), m.ResourceVersion)

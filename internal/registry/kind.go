@@ -52,6 +52,12 @@ type Kind[T Object] struct {
 	// make to its own object: it reports what it observes, the server owns
 	// the rest (SPEC §8). Nil: agents may not write the kind's status.
 	AgentStatus func(obj, old T) field.ErrorList
+	// ServerAnnotations are annotations only the server's own controllers
+	// write (through the in-process loopback client): a create or update
+	// from any API client, an admin's included, that sets, changes or
+	// removes one is refused with 422. For what the server trusts later,
+	// such as the driver state a host's removal acts on.
+	ServerAnnotations []string
 	// Columns and Cells are the extra `kubectl get` columns between NAME and AGE.
 	Columns []metav1.TableColumnDefinition
 	Cells   func(T) []interface{}
@@ -79,6 +85,8 @@ func (k Kind[T]) erase() kindInfo {
 		lifecycle:   k.Lifecycle,
 		columns:     k.Columns,
 		wideColumns: k.WideColumns,
+
+		serverAnnotations: k.ServerAnnotations,
 	}
 	if k.Prepare != nil {
 		info.prepare = func(obj, old runtime.Object) {
@@ -135,6 +143,7 @@ type kindInfo struct {
 	heardCells         func(runtime.Object, time.Time) []interface{}
 	wideColumns        []metav1.TableColumnDefinition
 	wideCells          func(runtime.Object) []interface{}
+	serverAnnotations  []string
 }
 
 // nowFunc is the clock of transition records; a variable so tests can pin it.

@@ -60,6 +60,10 @@ var Machine = Kind[*api.Machine]{
 	},
 	ValidateStatus: validateMachineStatus,
 	AgentStatus:    machineAgentStatus,
+	// What a pool's driver made and the config it made it with: the
+	// host's removal acts on them, so an operator who could write them
+	// could aim an uninstall at another host.
+	ServerAnnotations: []string{api.DriverStateAnnotation, api.DriverConfigAnnotation, api.PoolCreatedAtAnnotation},
 	Columns: []metav1.TableColumnDefinition{
 		{Name: "Cluster", Type: "string", Description: "Cluster the machine belongs to."},
 		{Name: "Phase", Type: "string", Description: "Lifecycle state of the machine."},

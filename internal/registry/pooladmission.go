@@ -24,6 +24,9 @@ import (
 // hosts with, so a pool is checked against the driver that will run it.
 type DriverSchemas interface {
 	Schema(ctx context.Context, name string) (driver.Schema, error)
+	// Validate is the driver's own check of a config, the one its create
+	// makes: a *driver.ConfigError when it refuses it.
+	Validate(ctx context.Context, name string, config map[string]string) error
 }
 
 // poolREST checks a MachinePool's driverConfig against its driver's
@@ -105,6 +108,24 @@ func checkDriverConfig(ctx context.Context, drivers DriverSchemas, p *api.Machin
 		return nil, fmt.Errorf("pool %s was not saved: driver %q cannot say what driverConfig it accepts, so the pool cannot be checked: %w", p.Name, p.Spec.Template.Driver, err)
 	}
 	problems := s.Check(p.Spec.Template.DriverConfig)
+	if len(problems) == 0 {
+		// The types are right: ask the driver itself, which knows more
+		// (a path it would put in a command line, a host key that does
+		// not parse) and would refuse the config at create.
+		err := drivers.Validate(ctx, p.Spec.Template.Driver, p.Spec.Template.DriverConfig)
+		var refused *driver.ConfigError
+		switch {
+		case errors.As(err, &refused):
+			path := tmpl.Child("driverConfig")
+			value := any(p.Spec.Template.DriverConfig)
+			if refused.Key != "" {
+				path, value = path.Key(refused.Key), refused.Value
+			}
+			return field.ErrorList{field.Invalid(path, value, fmt.Sprintf("driver %q refuses it: %s", p.Spec.Template.Driver, refused.Reason))}, nil
+		case err != nil:
+			return nil, fmt.Errorf("pool %s was not saved: driver %q could not check its driverConfig: %w", p.Name, p.Spec.Template.Driver, err)
+		}
+	}
 	keys := make([]string, 0, len(problems))
 	for k := range problems {
 		keys = append(keys, k)

@@ -21,13 +21,22 @@ func TestCheckDriverConfig(t *testing.T) {
 cat >/dev/null
 echo '{"description":"hosts in a cloud","fields":[{"name":"size","type":"integer","required":true},{"name":"zone","type":"string","default":"east-1"}]}'
 `
+	// A driver with a check of its own: it refuses zone "mars".
+	strict := `#!/bin/sh
+in=$(cat)
+case "$1" in
+schema) echo '{"fields":[{"name":"zone","type":"string"}],"validates":true}' ;;
+validate) case "$in" in *mars*) echo "zone mars has no hosts; use east or west" >&2; exit 1 ;; esac ;;
+esac
+`
 	broken := "#!/bin/sh\ncat >/dev/null\necho 'cannot read /etc/cloud/key' >&2\nexit 1\n"
-	for name, script := range map[string]string{"cloud": cloud, "broken": broken} {
+	for name, script := range map[string]string{"cloud": cloud, "broken": broken, "strict": strict} {
 		if err := os.WriteFile(filepath.Join(dir, "muster-driver-"+name), []byte(script), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	drivers := driver.NewRegistry(dir, map[string]driver.Driver{"process": driver.Process{}})
+	drivers := driver.NewRegistry(dir, map[string]driver.Driver{"process": driver.Process{}, "ssh": &driver.SSH{KeyDir: t.TempDir()}})
+	const hostKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 	pool := func(d string, config map[string]string) *api.MachinePool {
 		return &api.MachinePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: api.MachinePoolSpec{Template: api.MachineTemplate{Driver: d, DriverConfig: config}}}
 	}
@@ -48,10 +57,18 @@ echo '{"description":"hosts in a cloud","fields":[{"name":"size","type":"integer
 				`spec.template.driverConfig[size]: "two" is not an integer; driver "cloud" accepts size (integer, required), zone (string, default east-1)`,
 				`spec.template.driverConfig[szone]: unknown field`,
 			}},
+		// The schema's types hold, but the driver's own check (the one its
+		// create makes) refuses: refused here, not stored to fail later.
+		{name: "ssh with a bin dir its create refuses", pool: pool("ssh", map[string]string{"host": "h", "hostKey": hostKey, "binDir": "/tmp/x;id"}),
+			want: []string{`spec.template.driverConfig[binDir]: driver "ssh" refuses it: driverConfig binDir "/tmp/x;id" must be an absolute path`}},
+		{name: "ssh with a good config", pool: pool("ssh", map[string]string{"host": "h", "hostKey": hostKey, "binDir": "/opt/bin"})},
+		{name: "an executable's own check refuses", pool: pool("strict", map[string]string{"zone": "mars"}),
+			want: []string{`spec.template.driverConfig: driver "strict" refuses it: muster-driver-strict validate: zone mars has no hosts; use east or west`}},
+		{name: "an executable's own check accepts", pool: pool("strict", map[string]string{"zone": "east"})},
 		{name: "missing required", pool: pool("cloud", map[string]string{"zone": "x"}),
 			want: []string{`spec.template.driverConfig[size]: required by the driver`}},
 		{name: "unknown driver", pool: pool("clod", nil),
-			want: []string{`spec.template.driver: no driver "clod"`, "the drivers are broken, cloud, process"}},
+			want: []string{`spec.template.driver: no driver "clod"`, "the drivers are broken, cloud, process, ssh, strict"}},
 		{name: "driver that cannot give its schema", pool: pool("broken", nil),
 			unavailable: "cannot read /etc/cloud/key"},
 	} {

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"reflect"
+	"slices"
 	"strings"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/storage/names"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
@@ -76,7 +78,11 @@ func (s strategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
 	}
 }
 
-func (s strategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
+func (s strategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorList {
+	return append(s.validate(obj), s.validateServerAnnotations(ctx, obj, nil)...)
+}
+
+func (s strategy) validate(obj runtime.Object) field.ErrorList {
 	errs := apimachineryvalidation.ValidateObjectMetaAccessor(mustAccessor(obj), false,
 		apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
 	if s.kind.validate != nil {
@@ -85,9 +91,42 @@ func (s strategy) Validate(_ context.Context, obj runtime.Object) field.ErrorLis
 	return errs
 }
 
+// validateServerAnnotations refuses a client's write of the kind's
+// server-owned annotations; old is nil on create.
+func (s strategy) validateServerAnnotations(ctx context.Context, obj, old runtime.Object) field.ErrorList {
+	if len(s.kind.serverAnnotations) == 0 || isServerWrite(ctx) || isLoopback(ctx) {
+		return nil
+	}
+	var was map[string]string
+	if old != nil {
+		was = mustAccessor(old).GetAnnotations()
+	}
+	now := mustAccessor(obj).GetAnnotations()
+	var errs field.ErrorList
+	for _, k := range s.kind.serverAnnotations {
+		v, set := now[k]
+		w, had := was[k]
+		if set == had && v == w {
+			continue
+		}
+		errs = append(errs, field.Forbidden(field.NewPath("metadata", "annotations").Key(k),
+			"this annotation is written by the server's machine-pool controller alone (what it records there decides what a driver removes); leave it as it is"))
+	}
+	return errs
+}
+
+// isLoopback reports whether the server's own controllers make the request,
+// through the in-process loopback client: a user name no certificate the
+// server mints may carry (caller.CheckUser refuses system: names).
+func isLoopback(ctx context.Context) bool {
+	u, ok := request.UserFrom(ctx)
+	return ok && u.GetName() == user.APIServerUser && slices.Contains(u.GetGroups(), user.SystemPrivilegedGroup)
+}
+
 func (s strategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
 	errs := apimachineryvalidation.ValidateObjectMetaAccessorUpdate(mustAccessor(obj), mustAccessor(old), field.NewPath("metadata"))
-	errs = append(errs, s.Validate(ctx, obj)...)
+	errs = append(errs, s.validate(obj)...)
+	errs = append(errs, s.validateServerAnnotations(ctx, obj, old)...)
 	if s.kind.validateUpdate != nil {
 		errs = append(errs, s.kind.validateUpdate(obj, old)...)
 	}

@@ -161,7 +161,7 @@ func (c *controllers) lead(term context.Context) {
 	granter := c.join.NewController(factory)
 	housekeeper := c.join.NewHousekeeper(c.client, factory)
 	machines := lifecycle.NewController(c.client, c.objects, factory, c.liveness, c.cfg.AgentSilenceThreshold, c.events)
-	pools := pool.NewController(c.client, factory, c.drivers, "https://"+c.address)
+	pools := pool.NewController(c.client, factory, c.drivers, c.events, "https://"+c.address)
 	planSets := planset.NewController(c.client, factory)
 	endpoints := factory.Muster().V1alpha1().ServerEndpoints()
 	// Start what the controllers added; it runs until the server stops.

@@ -8,7 +8,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -82,9 +85,16 @@ type Config struct {
 	AgentBinariesDir string
 
 	// Machine pools: DriversDir holds executable drivers
-	// (muster-driver-NAME); the built-in "process" driver keeps its
-	// machines under <data-dir>/pools.
-	DriversDir string
+	// (muster-driver-NAME). EnableProcessDriver offers the built-in
+	// "process" driver, which runs machines as this server's user on its
+	// host: whoever may write MachinePools gets a shell there. It keeps
+	// its machines under ProcessDriverDir (default: ProcessDriverDefaultDir).
+	DriversDir          string
+	EnableProcessDriver bool
+	ProcessDriverDir    string
+	// ProcessDriverUser, if set, is the user (name or uid) the process
+	// driver's agents run as instead of the server's.
+	ProcessDriverUser string
 
 	// Aggregated mode: kubeconfigs of the kube-apiserver that authenticates
 	// and authorizes the users its aggregator sends (sample-apiserver's
@@ -103,6 +113,66 @@ type Config struct {
 	SnapshotDir      string
 	// SnapshotRetention is how many scheduled snapshots are kept.
 	SnapshotRetention int
+}
+
+// ProcessDriverDefaultDir is where the process driver keeps its machines
+// unless --process-driver-dir says otherwise: beside the data dir, never
+// in it, so that nothing of the server's is under a machine's dir.
+func ProcessDriverDefaultDir(dataDir string) string {
+	return filepath.Clean(dataDir) + "-process-machines"
+}
+
+// offerProcessDriver registers the process driver when an admin turned it
+// on, and otherwise makes a pool naming it say how.
+func offerProcessDriver(drivers *driver.Registry, cfg Config) error {
+	if !cfg.EnableProcessDriver {
+		drivers.Disable("process", "it runs machines as the server's user on the server's host, so whoever may write MachinePools would get a shell there; an admin who accepts that restarts muster-server with --enable-process-driver")
+		return nil
+	}
+	dir := cfg.ProcessDriverDir
+	if dir == "" {
+		dir = ProcessDriverDefaultDir(cfg.DataDir)
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	data, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	if rel, err := filepath.Rel(data, dir); err == nil && (rel == "." || !strings.HasPrefix(rel, "..")) {
+		return fmt.Errorf("--process-driver-dir %s is inside the data dir %s, where the server's CA key and admin kubeconfig are: choose a directory outside it", dir, data)
+	}
+	p := driver.Process{Dir: dir, AgentBinary: install.AgentBinary(cfg.AgentBinary)}
+	if cfg.ProcessDriverUser != "" {
+		u, err := user.Lookup(cfg.ProcessDriverUser)
+		if err != nil {
+			if u, err = user.LookupId(cfg.ProcessDriverUser); err != nil {
+				return fmt.Errorf("--process-driver-user %s: no such user on this host: %w", cfg.ProcessDriverUser, err)
+			}
+		}
+		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+		if err1 != nil || err2 != nil || uid == 0 {
+			return fmt.Errorf("--process-driver-user %s (uid %s, gid %s): give an unprivileged user, not root", cfg.ProcessDriverUser, u.Uid, u.Gid)
+		}
+		p.User = &driver.Credential{UID: uint32(uid), GID: uint32(gid)}
+		// The agents' dirs are under dir: the user must reach them.
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("making --process-driver-dir %s: %w", dir, err)
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	drivers.Add("process", p)
+	who := "this server's user"
+	if p.User != nil {
+		who = "user " + cfg.ProcessDriverUser
+	}
+	klog.InfoS("The process machine-pool driver is enabled: whoever may write MachinePools may run commands on this host as "+who, "dir", dir)
+	return nil
 }
 
 // tuneGC lets the garbage collector's target follow the server's load
@@ -224,9 +294,11 @@ func run(ctx context.Context, cfg Config) error {
 		Self: self, Locate: liveness.TunnelHolder, Transport: &http.Transport{TLSClientConfig: peerTLS, ForceAttemptHTTP2: true},
 	}}
 	drivers := driver.NewRegistry(cfg.DriversDir, map[string]driver.Driver{
-		"process": driver.Process{Dir: filepath.Join(cfg.DataDir, "pools"), AgentBinary: install.AgentBinary(cfg.AgentBinary)},
-		"ssh":     &driver.SSH{KeyDir: filepath.Join(cfg.DataDir, "drivers", "ssh"), Script: install.Script},
+		"ssh": &driver.SSH{KeyDir: filepath.Join(cfg.DataDir, "drivers", "ssh"), Script: install.Script},
 	})
+	if err := offerProcessDriver(drivers, cfg); err != nil {
+		return err
+	}
 	api, err := apiserver.New(apiserver.Config{
 		BindAddress:                 bind,
 		Port:                        cfg.HTTPSPort,

@@ -197,7 +197,7 @@ func TestClusterPhaseTruthful(t *testing.T) {
 // its machines again, so deleting the cluster deletes the pool too, with
 // its machines, their hosts (agent processes) and the pool's join tokens.
 func TestClusterDeleteTakesItsPool(t *testing.T) {
-	s := startServer(t, "")
+	s := startServer(t, "", processDriver)
 	killPoolAgentsAtEnd(t, s)
 	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
 	applyPool(t, s, `apiVersion: muster.io/v1alpha1

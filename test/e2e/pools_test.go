@@ -11,6 +11,14 @@ import (
 	"time"
 )
 
+// processDriver is the server flag that offers the process driver: a
+// server without it refuses pools naming it (issue 27).
+const processDriver = "--enable-process-driver"
+
+// processMachines is where s's process driver keeps its machines: beside
+// its data dir, never in it (the default of --process-driver-dir).
+func processMachines(s *server) string { return filepath.Clean(s.dataDir) + "-process-machines" }
+
 // poolMachines lists the pool's Machines and their phases.
 func poolMachines(s *server, pool string) map[string]string {
 	out, err := s.kubectl("get", "machines", "-l", "muster.io/pool="+pool, "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.phase}{"\n"}{end}`)
@@ -37,7 +45,7 @@ func countPhase(ms map[string]string, phase string) int {
 
 // agentPID is the process-driver agent of machine m, 0 if none runs.
 func agentPID(s *server, m string) int {
-	b, err := os.ReadFile(filepath.Join(s.dataDir, "pools", m, "pid"))
+	b, err := os.ReadFile(filepath.Join(processMachines(s), m, "pid"))
 	if err != nil {
 		return 0
 	}
@@ -56,7 +64,7 @@ func agentPID(s *server, m string) int {
 // machine: read from /proc, not from the server's pid files, so a process
 // the server lost track of counts too.
 func poolAgents(s *server) map[string]int {
-	dir := filepath.Join(s.dataDir, "pools") + "/"
+	dir := processMachines(s) + "/"
 	got := map[string]int{}
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
@@ -110,7 +118,7 @@ func samePoolHosts(t *testing.T, s *server, pool string) {
 	t.Helper()
 	ms := poolMachines(s, pool)
 	procs := poolAgents(s)
-	entries, _ := os.ReadDir(filepath.Join(s.dataDir, "pools"))
+	entries, _ := os.ReadDir(processMachines(s))
 	var dirs []string
 	for _, e := range entries {
 		dirs = append(dirs, e.Name())
@@ -131,7 +139,7 @@ func samePoolHosts(t *testing.T, s *server, pool string) {
 // nothing behind when deleted. On SQLite and on PostgreSQL.
 func TestMachinePoolProcessDriver(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, endpoint string) {
-		s := startServer(t, endpoint)
+		s := startServer(t, endpoint, processDriver)
 		killPoolAgentsAtEnd(t, s)
 		s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
 		pool := func(replicas int) string {
@@ -197,7 +205,7 @@ spec:
 			}
 		}
 		waitFor(t, 30*time.Second, "the removed machines' directories to go", func() bool {
-			entries, _ := os.ReadDir(filepath.Join(s.dataDir, "pools"))
+			entries, _ := os.ReadDir(processMachines(s))
 			return len(entries) == 3
 		})
 		samePoolHosts(t, s, "edge")
@@ -214,7 +222,7 @@ spec:
 			t.Errorf("machines left after deleting the pool: %v", ms)
 		}
 		waitFor(t, 30*time.Second, "every pool agent to exit", func() bool { return len(poolAgents(s)) == 0 })
-		if entries, _ := os.ReadDir(filepath.Join(s.dataDir, "pools")); len(entries) != 0 {
+		if entries, _ := os.ReadDir(processMachines(s)); len(entries) != 0 {
 			t.Errorf("pool directories left: %v", entries)
 		}
 		if out := s.mustKubectl("get", "clusterregistrationtokens", "-o", "jsonpath={.items[*].spec.description}"); strings.Contains(out, "pool edge") {
@@ -235,7 +243,7 @@ func TestMachinePoolServerKilled(t *testing.T) {
 }
 
 func testMachinePoolServerKilled(t *testing.T, endpoint string) {
-	s := startServer(t, endpoint)
+	s := startServer(t, endpoint, processDriver)
 	killPoolAgentsAtEnd(t, s)
 	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
 	pool := func(replicas int, role string) string {
@@ -296,7 +304,7 @@ func TestMachinePoolRollAndRemediate(t *testing.T) {
 }
 
 func testMachinePoolRollAndRemediate(t *testing.T, endpoint string) {
-	s := startServer(t, endpoint, "--agent-silence-threshold", "6s")
+	s := startServer(t, endpoint, processDriver, "--agent-silence-threshold", "6s")
 	killPoolAgentsAtEnd(t, s)
 	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
 	apply := func(role string, maxUnhealthy int) {
@@ -513,7 +521,7 @@ exit 1
 			t.Fatal(err)
 		}
 	}
-	s := startServer(t, "", "--drivers-dir", drivers)
+	s := startServer(t, "", "--drivers-dir", drivers, processDriver)
 	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
 	pool := func(name, template string) string {
 		return writeFile(t, name+".yaml", fmt.Sprintf(`apiVersion: muster.io/v1alpha1
@@ -621,7 +629,7 @@ spec:
 // remediation of one killed machine.
 func BenchmarkMachinePool50(b *testing.B) {
 	const n = 50
-	s := startServer(b, "", "--agent-silence-threshold", "6s")
+	s := startServer(b, "", processDriver, "--agent-silence-threshold", "6s")
 	killPoolAgentsAtEnd(b, s)
 	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
 	pool := func(role string) string {

@@ -15,12 +15,19 @@ const PoolRevisionLabel = "muster.io/pool-revision"
 // when it created the machine's infrastructure (instance id, addresses,
 // process id), for the driver's later `remove` and `status` calls. Never a
 // secret: drivers are told so, and the server refuses nothing it cannot read.
+// Only the server's pool controller writes it: an API client's create or
+// update that sets or changes it is refused.
 const DriverStateAnnotation = "muster.io/driver-state"
 
 // DriverConfigAnnotation holds, on a pool's Machine, the driver config it
 // was made with: its host is removed with that config, not with a later
 // template's, so a template change never points a removal at another host.
+// Only the server's pool controller writes it.
 const DriverConfigAnnotation = "muster.io/driver-config"
+
+// PoolCreatedAtAnnotation records when the pool controller made a Machine,
+// to the nanosecond, for the delete policy. Only the controller writes it.
+const PoolCreatedAtAnnotation = "muster.io/pool-created-at"
 
 // +genclient
 // +genclient:nonNamespaced
