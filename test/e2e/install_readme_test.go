@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The README's install command names the server and the token so; a user
+// puts theirs in their place, and so does the test.
+const (
+	readmeServerURL = "https://SERVER:9443"
+	readmeToken     = "K10…"
+)
+
+// readmeInstallCommand is the command of the sh block under the README's
+// install mark, as written.
+func readmeInstallCommand(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	mark := strings.Index(text, "<!-- install:")
+	if mark < 0 {
+		t.Fatalf("README.md has no <!-- install: … --> mark above its install command")
+	}
+	rest := text[mark:]
+	open := strings.Index(rest, "```")
+	if open < 0 {
+		t.Fatalf("README.md has no code block under its install mark")
+	}
+	rest = rest[open:]
+	rest = rest[strings.Index(rest, "\n")+1:]
+	end := strings.Index(rest, "\n```")
+	if end < 0 {
+		t.Fatalf("README.md's install block does not end")
+	}
+	return rest[:end]
+}
+
+// fillIn puts a server URL and a token in place of the README's
+// placeholders, and changes nothing else.
+func fillIn(t *testing.T, command, url, token string) string {
+	t.Helper()
+	if !strings.Contains(command, readmeServerURL) || !strings.Contains(command, readmeToken) {
+		t.Fatalf("the README's install command names neither %s nor %s, which a user replaces:\n%s", readmeServerURL, readmeToken, command)
+	}
+	return strings.ReplaceAll(strings.ReplaceAll(command, readmeServerURL, url), readmeToken, token)
+}
+
+// runInstallCommand runs command as a user pastes it into a POSIX shell,
+// with install.sh's paths in the throwaway root r.
+func runInstallCommand(t *testing.T, r installRoot, command string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", "-c", command)
+	cmd.Dir = t.TempDir()
+	cmd.Env = r.env()
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// assertInstalled checks what a user checks after the install: the served
+// agent binary, a unit that runs it against the server, the token in the
+// 0600 env file and nowhere in the unit.
+func assertInstalled(t *testing.T, r installRoot, s *server, token, out string) {
+	t.Helper()
+	binary := filepath.Join(r.binDir, "muster-agent")
+	unit := filepath.Join(r.systemdDir, "muster-agent.service")
+	envFile := filepath.Join(r.systemdDir, "muster-agent.service.env")
+	for _, p := range []string{binary, unit, envFile} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("the install command exited 0 but installed no %s (%v); the root holds %v; its output:\n%s", p, err, r.files(t), out)
+		}
+	}
+	if got, want := fileSHA256(t, binary), fileSHA256(t, agentBin); got != want {
+		t.Errorf("installed binary's SHA-256 %s is not the served agent's %s", got, want)
+	}
+	argv, env := unitExecStart(t, unit)
+	if got := strings.Join(argv, " "); !strings.Contains(got, "--server "+s.url()) || strings.Contains(got, bearerOf(token)) {
+		t.Errorf("the unit runs %q: want --server %s and no token", got, s.url())
+	}
+	if env != envFile || mode(t, envFile) != 0o600 {
+		t.Errorf("the unit reads %s; the env file is %s, mode %v, want 0600", env, envFile, mode(t, envFile))
+	}
+	if b, _ := os.ReadFile(envFile); !strings.Contains(string(b), "MUSTER_TOKEN="+token+"\n") {
+		t.Errorf("the env file does not hold the token:\n%s", b)
+	}
+}
+
+// TestReadmeInstall runs the README's install command character for
+// character, the URL and token filled in, against a real server with its
+// private CA, in a throwaway root: it must install the agent. The same
+// command against a server whose CA is not the token's, or against no
+// server, must fail loudly and install nothing; and `token create
+// --install-command` prints exactly the README's command for its server.
+func TestReadmeInstall(t *testing.T) {
+	s := startServer(t, "")
+	readme := readmeInstallCommand(t)
+
+	t.Run("as written", func(t *testing.T) {
+		token := newToken(t, s)
+		r := newInstallRoot(t)
+		out, err := runInstallCommand(t, r, fillIn(t, readme, s.url(), token))
+		if err != nil {
+			t.Fatalf("the README's install command failed: %v\n%s", err, out)
+		}
+		assertInstalled(t, r, s, token, out)
+	})
+
+	t.Run("printed by token create --install-command", func(t *testing.T) {
+		printed := strings.TrimSpace(s.muster(t, "token", "create", "--install-command"))
+		m := regexp.MustCompile(`MUSTER_TOKEN='(K10[^']*)'`).FindStringSubmatch(printed)
+		if m == nil {
+			t.Fatalf("token create --install-command printed no MUSTER_TOKEN='K10…':\n%s", printed)
+		}
+		if want := fillIn(t, readme, s.url(), m[1]); printed != want {
+			t.Fatalf("token create --install-command printed\n%s\nnot the README's command for this server and token:\n%s", printed, want)
+		}
+		r := newInstallRoot(t)
+		out, err := runInstallCommand(t, r, printed)
+		if err != nil {
+			t.Fatalf("the printed install command failed: %v\n%s", err, out)
+		}
+		assertInstalled(t, r, s, m[1], out)
+	})
+
+	token := newToken(t, s)
+	hash := token[3:67]
+	flipped := "0"
+	if hash[0] == '0' {
+		flipped = "1"
+	}
+	for _, tc := range []struct {
+		name, url, token, want string
+	}{
+		{"a CA the token does not pin", s.url(), "K10" + flipped + hash[1:] + token[67:], "is not the one the token pins"},
+		{"an unreachable server", "https://127.0.0.1:" + strconv.Itoa(freePort(t)), token, "/cacerts: check the address"},
+		{"a token without the CA hash", s.url(), token[69:], "is not the one the token pins"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newInstallRoot(t)
+			out, err := runInstallCommand(t, r, fillIn(t, readme, tc.url, tc.token))
+			if err == nil {
+				t.Fatalf("the install command exited 0; want a failure saying %q:\n%s", tc.want, out)
+			}
+			if !strings.Contains(out, "[muster-install] ERROR: ") || !strings.Contains(out, tc.want) {
+				t.Errorf("the install command failed (%v) without saying %q:\n%s", err, tc.want, out)
+			}
+			if left := r.files(t); len(left) != 0 {
+				t.Errorf("a failed install left files: %v", left)
+			}
+		})
+	}
+}
+
