@@ -163,3 +163,56 @@ func TestReadmeInstall(t *testing.T) {
 	}
 }
 
+// TestReadmeAgentSha256 runs the README's command for an agent binary's
+// SHA-256 as written, against a server with a private CA that serves the
+// binary, and puts what it prints into a plan's agentUpgrade.sha256 as the
+// README says: the server must take it, and it must be the binary's hash.
+func TestReadmeAgentSha256(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	mark := strings.Index(text, "<!-- agent-sha256:")
+	if mark < 0 {
+		t.Fatalf("README.md has no <!-- agent-sha256: … --> mark above its command for an agent binary's SHA-256")
+	}
+	block := regexp.MustCompile("(?s)```sh\n(.*?)\n```").FindStringSubmatch(text[mark:])
+	if block == nil {
+		t.Fatalf("README.md has no sh block under its agent-sha256 mark")
+	}
+	command := block[1]
+	version := regexp.MustCompile(`/assets/agent/([^/]+)/muster-agent-([a-z0-9]+)-([a-z0-9]+)\.sha256`).FindStringSubmatch(command)
+	if version == nil {
+		t.Fatalf("the README's command reads no /assets/agent/<version>/muster-agent-<os>-<arch>.sha256: %s", command)
+	}
+
+	// The binary the README names, in the server's --agent-binaries-dir.
+	dir := t.TempDir()
+	binary := filepath.Join(dir, "muster-agent-"+version[1]+"-"+version[2]+"-"+version[3])
+	if err := os.WriteFile(binary, []byte("muster-agent "+version[1]), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "", "--agent-binaries-dir", dir)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", "-c", command)
+	cmd.Env = append(withoutEnv(os.Environ(), "KUBECONFIG"), "KUBECONFIG="+s.kubeconfig())
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the README's command for the SHA-256 failed: %v\n%s", err, out)
+	}
+	sum := strings.TrimSpace(string(out))
+	if want := fileSHA256(t, binary); sum != want {
+		t.Fatalf("the README's command printed %q, want the binary's SHA-256 %s", sum, want)
+	}
+	plan := `{"apiVersion":"muster.io/v1alpha1","kind":"MachinePlan","metadata":{"name":"readme-upgrade"},` +
+		`"spec":{"agentUpgrade":{"version":"` + version[1] + `","sha256":"` + sum + `"}}}`
+	apply := exec.CommandContext(ctx, "kubectl", "apply", "-f", "-")
+	apply.Env = cmd.Env
+	apply.Stdin = strings.NewReader(plan)
+	if out, err := apply.CombinedOutput(); err != nil {
+		t.Fatalf("a plan with the printed SHA-256 was refused: %v\n%s", err, out)
+	}
+}
