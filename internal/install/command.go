@@ -13,7 +13,7 @@ import "strings"
 // from a command line (install.sh reads MUSTER_TOKEN and MUSTER_URL).
 const bootstrap = `set -eu
 fail() { echo "[muster-install] ERROR: $*" >&2; exit 1; }
-d=$(mktemp -d); trap "rm -rf $d" EXIT; h=${MUSTER_TOKEN#K10}
+d=$(mktemp -d); cleanup() { rm -rf "$d"; }; trap cleanup EXIT; h=${MUSTER_TOKEN#K10}
 curl -fsSLk "$MUSTER_URL/cacerts" -o "$d/ca.crt" || fail "cannot read $MUSTER_URL/cacerts: check the address and that this host reaches it"
 [ "$(sha256sum <"$d/ca.crt")" = "${h%%::*}  -" ] || fail "the CA of $MUSTER_URL is not the one the token pins: wrong server, wrong token, or someone in between; nothing was installed"
 curl -fsSL --cacert "$d/ca.crt" "$MUSTER_URL/install.sh" -o "$d/install.sh" || fail "cannot download $MUSTER_URL/install.sh over the pinned CA"

@@ -197,7 +197,8 @@ func TestReadmeAgentSha256(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "sh", "-c", command)
+	// Were the command to name the server, the user would put theirs there.
+	cmd := exec.CommandContext(ctx, "sh", "-c", strings.ReplaceAll(command, readmeServerURL, s.url()))
 	cmd.Env = append(withoutEnv(os.Environ(), "KUBECONFIG"), "KUBECONFIG="+s.kubeconfig())
 	out, err := cmd.Output()
 	if err != nil {
@@ -214,5 +215,26 @@ func TestReadmeAgentSha256(t *testing.T) {
 	apply.Stdin = strings.NewReader(plan)
 	if out, err := apply.CombinedOutput(); err != nil {
 		t.Fatalf("a plan with the printed SHA-256 was refused: %v\n%s", err, out)
+	}
+}
+
+// TestReadmeInstallShellcheck: the program the README's install command
+// runs with sh -c is clean under shellcheck, as install.sh is: it runs in
+// whatever POSIX sh the host has.
+func TestReadmeInstallShellcheck(t *testing.T) {
+	if _, err := exec.LookPath("shellcheck"); err != nil {
+		t.Fatalf("shellcheck is not installed (apt-get install shellcheck; .ci/run installs it): %v", err)
+	}
+	command := readmeInstallCommand(t)
+	start := strings.Index(command, " sh -c '")
+	if start < 0 || !strings.HasSuffix(command, "'") {
+		t.Fatalf("the README's install command is not … sh -c '<program>':\n%s", command)
+	}
+	program := filepath.Join(t.TempDir(), "install-command.sh")
+	if err := os.WriteFile(program, []byte(command[start+len(" sh -c '"):len(command)-1]+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("shellcheck", "-s", "sh", program).CombinedOutput(); err != nil {
+		t.Fatalf("shellcheck of the README's install command: %v\n%s", err, out)
 	}
 }
