@@ -60,9 +60,14 @@ func fillIn(t *testing.T, command, url, token string) string {
 // with install.sh's paths in the throwaway root r.
 func runInstallCommand(t *testing.T, r installRoot, command string) (string, error) {
 	t.Helper()
+	return runInstallCommandIn(t, "sh", r, command)
+}
+
+func runInstallCommandIn(t *testing.T, shell string, r installRoot, command string) (string, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "sh", "-c", command)
+	cmd := exec.CommandContext(ctx, shell, "-c", command)
 	cmd.Dir = t.TempDir()
 	cmd.Env = r.env()
 	out, err := cmd.CombinedOutput()
@@ -107,15 +112,18 @@ func TestReadmeInstall(t *testing.T) {
 	s := startServer(t, "")
 	readme := readmeInstallCommand(t)
 
-	t.Run("as written", func(t *testing.T) {
-		token := newToken(t, s)
-		r := newInstallRoot(t)
-		out, err := runInstallCommand(t, r, fillIn(t, readme, s.url(), token))
-		if err != nil {
-			t.Fatalf("the README's install command failed: %v\n%s", err, out)
-		}
-		assertInstalled(t, r, s, token, out)
-	})
+	// Pasted into the shell a root login has: dash here (Debian's sh) and bash.
+	for _, shell := range []string{"sh", "bash"} {
+		t.Run("as written, in "+shell, func(t *testing.T) {
+			token := newToken(t, s)
+			r := newInstallRoot(t)
+			out, err := runInstallCommandIn(t, shell, r, fillIn(t, readme, s.url(), token))
+			if err != nil {
+				t.Fatalf("the README's install command failed: %v\n%s", err, out)
+			}
+			assertInstalled(t, r, s, token, out)
+		})
+	}
 
 	t.Run("printed by token create --install-command", func(t *testing.T) {
 		printed := strings.TrimSpace(s.muster(t, "token", "create", "--install-command"))
