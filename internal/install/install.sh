@@ -49,7 +49,7 @@ esac
 token=${MUSTER_TOKEN:-}
 token_file=${MUSTER_TOKEN_FILE:-}
 url=${MUSTER_URL:-}
-extra=${INSTALL_MUSTER_EXEC:-}
+extra=${INSTALL_MUSTER_EXEC:+ $INSTALL_MUSTER_EXEC} # appended to the exec line, so it starts with a space
 while [ $# -gt 0 ]; do
 	case "$1" in
 		--token) [ $# -ge 2 ] || fatal "--token needs a value"; token=$2; shift 2 ;;

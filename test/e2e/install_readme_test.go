@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -245,4 +246,61 @@ func TestReadmeInstallShellcheck(t *testing.T) {
 	if out, err := exec.Command("shellcheck", "-s", "sh", program).CombinedOutput(); err != nil {
 		t.Fatalf("shellcheck of the README's install command: %v\n%s", err, out)
 	}
+}
+
+// TestMachinePoolDriverBootstrap: an executable driver is handed the
+// install command in bootstrap.script; run on a host as it is, it installs
+// the agent under the pool machine's name, and the installed service joins
+// as that Machine. The test plays the host: the driver only records what
+// it was given.
+func TestMachinePoolDriverBootstrap(t *testing.T) {
+	drivers, handed := t.TempDir(), t.TempDir()
+	driver := `#!/bin/sh
+case "$1" in
+schema) cat >/dev/null; echo '{"description":"hands the bootstrap to the test","fields":[]}' ;;
+create) cat >'` + handed + `/create.json'; echo '{}' ;;
+status) cat >/dev/null; echo '{"exists":true}' ;;
+*) cat >/dev/null ;;
+esac
+`
+	if err := os.WriteFile(filepath.Join(drivers, "muster-driver-handoff"), []byte(driver), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "", "--drivers-dir", drivers)
+	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
+	s.mustKubectl("apply", "-f", writeFile(t, "pool.yaml", `apiVersion: muster.io/v1alpha1
+kind: MachinePool
+metadata: {name: handoff}
+spec: {cluster: edge-east, replicas: 1, template: {driver: handoff}}
+`))
+	var req struct {
+		Name      string `json:"name"`
+		Bootstrap struct {
+			Token  string `json:"token"`
+			Script string `json:"script"`
+		} `json:"bootstrap"`
+	}
+	waitFor(t, 60*time.Second, "the driver to be asked for a host", func() bool {
+		b, err := os.ReadFile(filepath.Join(handed, "create.json"))
+		return err == nil && json.Unmarshal(b, &req) == nil && req.Bootstrap.Script != ""
+	})
+
+	r := newInstallRoot(t)
+	out, err := runInstallCommand(t, r, req.Bootstrap.Script)
+	if err != nil {
+		t.Fatalf("the pool's bootstrap script failed on the host: %v\n%s", err, out)
+	}
+	assertInstalled(t, r, s, req.Bootstrap.Token, out)
+	argv, envFile := unitExecStart(t, filepath.Join(r.systemdDir, "muster-agent.service"))
+	if got := " " + strings.Join(argv, " ") + " "; !strings.Contains(got, " --node-name "+req.Name+" ") {
+		t.Fatalf("the unit runs %q: want --node-name %s, the pool machine's name", got, req.Name)
+	}
+	// What systemd would run: the unit's command with its env file.
+	env, _ := os.ReadFile(envFile)
+	a := runAgentBinaryEnv(t, strings.Fields(string(env)), argv[1:]...)
+	defer a.kill()
+	waitFor(t, 60*time.Second, "the pool machine "+req.Name+" to be Running", func() bool {
+		phase, _ := s.kubectl("get", "machine", req.Name, "-o", "jsonpath={.status.phase}")
+		return phase == "Running"
+	})
 }
