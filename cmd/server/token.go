@@ -1,17 +1,26 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/muster-io/muster/internal/install"
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/jointoken"
 	"github.com/muster-io/muster/internal/kubeconfig"
 	"github.com/muster-io/muster/internal/printer"
 	"github.com/muster-io/muster/internal/server"
+	"github.com/muster-io/muster/internal/serverendpoint"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
 
@@ -41,6 +50,7 @@ func newTokenCommand(cfg *server.Config) *cobra.Command {
 	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", kubeconfigUsage)
 
 	opts := jointoken.CreateOptions{}
+	var installCommand bool
 	create := &cobra.Command{
 		Use:   "create",
 		Short: "Create a join token and print it once",
@@ -49,7 +59,11 @@ func newTokenCommand(cfg *server.Config) *cobra.Command {
 			if opts.TTL < 0 {
 				return fmt.Errorf("--ttl %s is negative: give how long the token may be used, such as 24h, or 0 for a token that never expires", opts.TTL)
 			}
-			c, err := client(cmd)
+			rc, err := credential(cmd, cfg, kubeconfig).RESTConfig()
+			if err != nil {
+				return err
+			}
+			c, err := versioned.NewForConfig(rc)
 			if err != nil {
 				return err
 			}
@@ -57,10 +71,23 @@ func newTokenCommand(cfg *server.Config) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// The token alone on stdout stays the default: scripts write it
+			// to a file. The install command holds the token, so it is
+			// printed only where the token is already going: stdout with
+			// --install-command, or the terminal the token was printed on.
+			if installCommand {
+				fmt.Fprintln(cmd.OutOrStdout(), install.Command(advertisedURL(cmd.Context(), c, rc.Host), tok.String()))
+				return nil
+			}
 			fmt.Fprintln(cmd.OutOrStdout(), tok.String())
+			if isTerminal(cmd.OutOrStdout()) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "\nOn a fresh Linux host, as root, this installs muster-agent as a service and joins it with this token:\n\n%s\n",
+					install.Command(advertisedURL(cmd.Context(), c, rc.Host), tok.String()))
+			}
 			return nil
 		},
 	}
+	create.Flags().BoolVar(&installCommand, "install-command", false, "print, instead of the bare token, the command that installs muster-agent as a service on a fresh Linux host and joins it with the token (it holds the token)")
 	create.Flags().DurationVar(&opts.TTL, "ttl", 24*time.Hour, "how long the token may be used (0: never expires)")
 	create.Flags().StringVar(&opts.Cluster, "cluster", "", "bind the token to this existing Cluster")
 	create.Flags().BoolVar(&opts.ManualApproval, "manual-approval", false, "registrations with this token wait for 'muster-server registration approve'")
@@ -161,4 +188,58 @@ func printTokens(cmd *cobra.Command, c versioned.Interface, format string) error
 		return fmt.Errorf("listing tokens: %w", err)
 	}
 	return printer.List(cmd.OutOrStdout(), list, "ClusterRegistrationToken", format)
+}
+
+// advertisedURL is the URL agents reach this server at: the admin
+// kubeconfig's server, unless that is a loopback address while the servers
+// advertise another one (bin/muster-server with no flags advertises its
+// first non-loopback IPv4, but its admin kubeconfig says 127.0.0.1). Then a
+// live server's advertised address, the one on the kubeconfig's port first.
+func advertisedURL(ctx context.Context, c versioned.Interface, kubeconfigHost string) string {
+	host := strings.TrimSuffix(kubeconfigHost, "/")
+	u, err := url.Parse(host)
+	if err != nil || u.Hostname() == "" {
+		return host
+	}
+	if ip := net.ParseIP(u.Hostname()); (ip == nil || !ip.IsLoopback()) && u.Hostname() != "localhost" {
+		return host
+	}
+	list, err := c.MusterV1alpha1().ServerEndpoints().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return host
+	}
+	var live []string
+	now := time.Now()
+	for i := range list.Items {
+		e := &list.Items[i]
+		if !serverendpoint.Live(e, now) {
+			continue
+		}
+		if e.Spec.Address == u.Host {
+			return host
+		}
+		live = append(live, e.Spec.Address)
+	}
+	sort.Slice(live, func(i, j int) bool {
+		_, pi, _ := net.SplitHostPort(live[i])
+		_, pj, _ := net.SplitHostPort(live[j])
+		if (pi == u.Port()) != (pj == u.Port()) {
+			return pi == u.Port()
+		}
+		return live[i] < live[j]
+	})
+	if len(live) == 0 {
+		return host
+	}
+	return "https://" + live[0]
+}
+
+// isTerminal reports whether w is a terminal, where a person reads it.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

@@ -1,9 +1,13 @@
 #!/bin/sh
 # Muster's install script, served by every muster-server at /install.sh.
 #
-#   curl -sfL https://SERVER:9443/install.sh | sh -s - agent --token 'K10<ca-hash>::<id>.<secret>'
-#   curl -sfL https://SERVER:9443/install.sh | MUSTER_TOKEN_FILE=/root/token sh -s - agent --server https://SERVER:9443
+#   MUSTER_URL=https://SERVER:9443 MUSTER_TOKEN='K10<ca-hash>::<id>.<secret>' sh install.sh agent
 #   sh install.sh server [muster-server flags]
+#
+# On a fresh host, fetch it with the command `muster-server token create
+# --install-command` prints (README.md): the server's CA is private, so
+# `curl https://SERVER:9443/install.sh` cannot verify it until the CA is
+# pinned, and `curl … | sh` would run an empty script when curl fails.
 #
 # The agent install trusts nothing it downloads until it is checked: it reads
 # the server's /cacerts without TLS verification, refuses unless its SHA-256
@@ -45,7 +49,7 @@ esac
 token=${MUSTER_TOKEN:-}
 token_file=${MUSTER_TOKEN_FILE:-}
 url=${MUSTER_URL:-}
-extra=${INSTALL_MUSTER_EXEC:-}
+extra=${INSTALL_MUSTER_EXEC:+ $INSTALL_MUSTER_EXEC} # appended to the exec line, so it starts with a space
 while [ $# -gt 0 ]; do
 	case "$1" in
 		--token) [ $# -ge 2 ] || fatal "--token needs a value"; token=$2; shift 2 ;;

@@ -37,6 +37,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/driver"
+	"github.com/muster-io/muster/internal/install"
 	"github.com/muster-io/muster/internal/jointoken"
 	"github.com/muster-io/muster/internal/reconcile"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
@@ -399,7 +400,9 @@ func (c *Controller) create(ctx context.Context, d driver.Driver, p *api.Machine
 	c.expect.create(p.Name, name)
 	req := driver.CreateRequest{Name: name, Config: p.Spec.Template.DriverConfig, Bootstrap: driver.Bootstrap{
 		ServerURL: c.serverURL, Token: tok.String(),
-		Script: fmt.Sprintf("curl -sfL %s/install.sh | MUSTER_TOKEN=%s sh -s - agent --server %s --node-name %s", c.serverURL, tok.String(), c.serverURL, name),
+		// The README's install command: it pins the CA before it trusts
+		// install.sh and fails when a download does (curl | sh would not).
+		Script: "INSTALL_MUSTER_EXEC='--node-name " + name + "' " + install.Command(c.serverURL, tok.String()),
 	}}
 	var state driver.State
 	for attempt, backoff := 1, time.Second; ; attempt, backoff = attempt+1, backoff*2 {

@@ -22,6 +22,8 @@ func TestValidateAgentUpgrade(t *testing.T) {
 		{"no sha", api.AgentUpgrade{Version: "v2"}, "spec.agentUpgrade.sha256: Required"},
 		{"short sha", api.AgentUpgrade{Version: "v2", Sha256: "abc"}, "spec.agentUpgrade.sha256: Invalid"},
 		{"not hex", api.AgentUpgrade{Version: "v2", Sha256: strings.Repeat("zz", 32)}, "spec.agentUpgrade.sha256: Invalid"},
+		// The .sha256 asset pasted whole: the error says what to keep.
+		{"sha256sum line", api.AgentUpgrade{Version: "v2", Sha256: sum + "  muster-agent-linux-amd64"}, "give only its first field"},
 		{"negative timeout", api.AgentUpgrade{Version: "v2", Sha256: sum, TimeoutSeconds: -1}, "spec.agentUpgrade.timeoutSeconds"},
 	} {
 		u := tc.u

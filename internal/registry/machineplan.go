@@ -228,6 +228,12 @@ func validatePlanSpec(p *api.MachinePlan) field.ErrorList {
 // hexSHA256 is a SHA-256 in lower- or upper-case hex.
 var hexSHA256 = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
 
+// sha256sumLine is a line of sha256sum's output: the hash, then a name.
+var sha256sumLine = regexp.MustCompile(`^[0-9a-fA-F]{64}\s+\*?\S`)
+
+// sha256Hint says where an agent binary's SHA-256 is read, alone.
+const sha256Hint = "kubectl get --raw /assets/agent/<version>/muster-agent-<os>-<arch>.sha256 | cut -d' ' -f1"
+
 // ValidAgentVersion reports whether v may name an agent binary: 1-64 of
 // letters, digits, '.', '_', '+', '-', not starting with a punctuation mark
 // (so never "." or "..").
@@ -249,7 +255,12 @@ func validateAgentUpgrade(u *api.AgentUpgrade, fld *field.Path) field.ErrorList 
 	}
 	switch {
 	case u.Sha256 == "":
-		errs = append(errs, field.Required(fld.Child("sha256"), "the binary's SHA-256 in hex: read it from https://<server>/assets/agent/<version>/muster-agent-<os>-<arch>.sha256"))
+		errs = append(errs, field.Required(fld.Child("sha256"), "the binary's SHA-256 in hex: "+sha256Hint))
+	case sha256sumLine.MatchString(u.Sha256):
+		// The server publishes <binary>.sha256 as sha256sum does; pasted
+		// whole, it carries the file name.
+		errs = append(errs, field.Invalid(fld.Child("sha256"), u.Sha256,
+			"is a .sha256 file's whole line (<hash>  <name>): give only its first field, the 64 hex digits: "+sha256Hint))
 	case !hexSHA256.MatchString(u.Sha256):
 		errs = append(errs, field.Invalid(fld.Child("sha256"), u.Sha256, "must be a SHA-256 as 64 hex digits"))
 	}

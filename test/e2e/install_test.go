@@ -56,8 +56,9 @@ func (r installRoot) files(t *testing.T) []string {
 	return out
 }
 
-// pipeInstall runs what the README tells an operator to run:
-// curl -sfL URL/install.sh | sh -s - ARGS, with the CA pinned for curl.
+// pipeInstall runs install.sh with ARGS, fetched by curl with the CA already
+// pinned for it. The README's own command, which pins the CA first, is run
+// as written by TestReadmeInstall.
 func pipeInstall(t *testing.T, s *server, base string, r installRoot, args ...string) (string, error) {
 	ca := filepath.Join(t.TempDir(), "ca.crt")
 	if err := os.WriteFile(ca, s.caPEM(t), 0o644); err != nil {
