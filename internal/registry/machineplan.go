@@ -222,6 +222,7 @@ func validatePlanSpec(p *api.MachinePlan) field.ErrorList {
 				"let the plan download large files instead", maxPlanTotalBytes)))
 	}
 	errs = append(errs, validateAgentUpgrade(p.Spec.AgentUpgrade, spec.Child("agentUpgrade"))...)
+	errs = append(errs, validateNotRedacted(&p.Spec, spec)...)
 	return append(errs, validateNonNegative(p.Spec.MaxFailures, spec.Child("maxFailures"))...)
 }
 
