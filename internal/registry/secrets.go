@@ -254,7 +254,9 @@ func validateNotRedacted(s *api.MachinePlanSpec, fld *field.Path) field.ErrorLis
 				}
 			}
 		}
-		if p.HTTPGet != nil && (carries(p.HTTPGet.URL) || strings.Contains(p.HTTPGet.URL, url.QueryEscape(api.Redacted))) {
+		// A URL is redacted in parts (user info, query), so the marker is
+		// looked for inside it, as written or percent-encoded.
+		if p.HTTPGet != nil && (strings.Contains(p.HTTPGet.URL, api.Redacted) || strings.Contains(p.HTTPGet.URL, url.QueryEscape(api.Redacted))) {
 			errs = append(errs, field.Invalid(pp.Child("httpGet", "url"), api.Redacted, why))
 		}
 	}
