@@ -198,6 +198,10 @@ func (a *AgentAuthorizer) machine(ctx context.Context, attrs authorizer.Attribut
 		if isRead(attrs.GetVerb()) && attrs.GetSubresource() == "" {
 			return authorizer.DecisionAllow, "", nil
 		}
+		// Its own plan whole, secrets included: it runs it.
+		if attrs.GetVerb() == "get" && attrs.GetSubresource() == api.SecretsSubresource && attrs.GetResource() == "machineplans" {
+			return authorizer.DecisionAllow, "", nil
+		}
 		if (attrs.GetVerb() == "update" || attrs.GetVerb() == "patch" || attrs.GetVerb() == "get") && attrs.GetSubresource() == "status" {
 			return authorizer.DecisionAllow, "", nil
 		}

@@ -2,8 +2,10 @@ package apiserver
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/request/union"
@@ -13,6 +15,7 @@ import (
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 
 	"github.com/muster-io/muster/internal/caller"
+	"github.com/muster-io/muster/internal/jointoken"
 )
 
 // Delegation runs Muster as an aggregated API server behind a
@@ -52,10 +55,26 @@ func (d *Delegation) apply(rc *genericapiserver.RecommendedConfig, own authentic
 		return nil, nil, fmt.Errorf("aggregated mode: delegated authorization through %s: %w (the kubeconfig's user needs create subjectaccessreviews: the system:auth-delegator role)", d.AuthorizationKubeconfig, err)
 	}
 
-	// Muster's own credentials first; a request none of them claims goes
-	// to the kube-apiserver's. The delegated chain ends in anonymous, which
-	// would turn every unknown caller into system:anonymous: it stays a 401.
+	return withDelegate(own, delegated), zinfo.Authorizer, nil
+}
+
+// withDelegate is the authenticator of aggregated mode: Muster's own
+// credentials first; a request none of them claims goes to the
+// kube-apiserver's (front-proxy headers, TokenReview). Two kinds never
+// reach it:
+//   - a bearer token in the shape of a join token ("<id>.<secret>" or
+//     "K10<hash>::<id>.<secret>", in the Authorization header or a
+//     WebSocket bearer protocol) is Muster's alone to judge: one Muster
+//     refused is a 401 here, so that guesses at a join token are never
+//     sent to the kube-apiserver's TokenReview and its audit log (nor get
+//     past Muster's per-address limit that way);
+//   - the delegated chain ends in anonymous, which would turn every
+//     unknown caller into system:anonymous: it stays a 401.
+func withDelegate(own, delegated authenticator.Request) authenticator.Request {
 	notAnonymous := authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
+		if carriesJoinToken(req) {
+			return nil, false, nil
+		}
 		resp, ok, err := delegated.AuthenticateRequest(req)
 		if ok && resp.User.GetName() == user.Anonymous {
 			return nil, false, nil
@@ -65,7 +84,38 @@ func (d *Delegation) apply(rc *genericapiserver.RecommendedConfig, own authentic
 		}
 		return resp, ok, err
 	})
-	return union.New(own, notAnonymous), zinfo.Authorizer, nil
+	return union.New(own, notAnonymous)
+}
+
+// wsBearerPrefix is how a WebSocket client (which cannot set headers in a
+// browser) carries a bearer token: as a subprotocol, base64url-encoded.
+// The kube-apiserver's delegated chain reads it; Muster's own does not.
+const wsBearerPrefix = "base64url.bearer.authorization.k8s.io."
+
+// carriesJoinToken reports whether req presents, anywhere a bearer token
+// is read, one in the shape of a join token.
+func carriesJoinToken(req *http.Request) bool {
+	if token, ok := bearerToken(req); ok {
+		if _, err := jointoken.Parse(token); err == nil {
+			return true
+		}
+	}
+	for _, header := range req.Header.Values("Sec-Websocket-Protocol") {
+		for _, proto := range strings.Split(header, ",") {
+			encoded, ok := strings.CutPrefix(strings.TrimSpace(proto), wsBearerPrefix)
+			if !ok {
+				continue
+			}
+			raw, err := base64.RawURLEncoding.DecodeString(encoded)
+			if err != nil {
+				continue
+			}
+			if _, err := jointoken.Parse(string(raw)); err == nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // delegate consults the kube-apiserver for what Muster's own rules leave

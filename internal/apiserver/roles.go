@@ -43,6 +43,12 @@ type roleGrant struct {
 // leave to run commands on it, so viewers never get them.
 var reachMachine = []string{"exec", "portforward", "log"}
 
+// withheld are the subresources viewers' read grant leaves out: reaching
+// a machine, and reading the secrets a plan carries (machineplans/secrets,
+// machineplansets/secrets: the registry redacts them for whoever is not
+// allowed, internal/registry/secrets.go).
+var withheld = append(slices.Clone(reachMachine), api.SecretsSubresource)
+
 // readable is what viewers and operators may read. Join tokens and node
 // passwords are absent: their objects hold hashes of secrets.
 var readable = []string{"clusters", "clusterregistrations", "machines", "machineplans", "machineplansets", "machinepools", "serverendpoints", "controllerleases"}
@@ -53,7 +59,7 @@ var roleGrants = func() []roleGrant {
 	ops := []string{caller.OperatorsGroup}
 	var g []roleGrant
 	for _, r := range readable {
-		g = append(g, roleGrant{groups: both, apiGroup: api.GroupName, resource: r, subresource: "*", verbs: readVerbs, except: reachMachine})
+		g = append(g, roleGrant{groups: both, apiGroup: api.GroupName, resource: r, subresource: "*", verbs: readVerbs, except: withheld})
 	}
 	g = append(g,
 		roleGrant{groups: both, apiGroup: "", resource: "events", subresource: "", verbs: readVerbs},
@@ -69,6 +75,10 @@ var roleGrants = func() []roleGrant {
 		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "clusterregistrations", subresource: "", verbs: []string{"delete"}},
 		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machineplans", subresource: "", verbs: writeVerbs},
 		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machineplansets", subresource: "", verbs: writeVerbs},
+		// Who writes plans reads them whole: their secrets (file contents,
+		// arguments, environment, saved output) are the operators' own.
+		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machineplans", subresource: api.SecretsSubresource, verbs: []string{"get"}},
+		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machineplansets", subresource: api.SecretsSubresource, verbs: []string{"get"}},
 		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machinepools", subresource: "", verbs: writeVerbs},
 		// Labels (roles that plan sets select on) and deletion; a Machine's
 		// status stays the server's and its agent's.

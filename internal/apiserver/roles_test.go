@@ -57,6 +57,13 @@ func TestBuiltinRoles(t *testing.T) {
 		{"viewer cannot revoke tokens", caller.ViewersGroup, res("", "patch", "clusterregistrationtokens", "status"), false},
 		{"operator approves", caller.OperatorsGroup, res("", "update", "clusterregistrations", "status"), true},
 		{"operator edits plans", caller.OperatorsGroup, res("", "patch", "machineplans", ""), true},
+		// A plan's secrets (issue 27): who writes plans reads them whole;
+		// viewers read them redacted (internal/registry/secrets.go).
+		{"operator reads a plan's secrets", caller.OperatorsGroup, res("", "get", "machineplans", "secrets"), true},
+		{"operator reads a plan set's secrets", caller.OperatorsGroup, res("", "get", "machineplansets", "secrets"), true},
+		{"viewer never reads a plan's secrets", caller.ViewersGroup, res("", "get", "machineplans", "secrets"), false},
+		{"viewer never reads a plan set's secrets", caller.ViewersGroup, res("", "get", "machineplansets", "secrets"), false},
+		{"viewer cannot list its way to them", caller.ViewersGroup, res("", "list", "machineplans", "secrets"), false},
 		{"operator edits plan sets", caller.OperatorsGroup, res("", "create", "machineplansets", ""), true},
 		{"operator deletes machines", caller.OperatorsGroup, res("", "delete", "machines", ""), true},
 		{"operator labels machines", caller.OperatorsGroup, res("", "patch", "machines", ""), true},

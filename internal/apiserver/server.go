@@ -274,6 +274,12 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A plan's secrets leave the API only for callers the authorizer
+	// allows machineplans/secrets (roles.go, agentauthz.go, or the
+	// kube-apiserver's RBAC): everyone else reads them redacted.
+	if err := registry.GuardSecrets(storages, rc.Authorization.Authorizer); err != nil {
+		return nil, err
+	}
 	group := genericapiserver.NewDefaultAPIGroupInfo(v1alpha1.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
 	resources := map[string]rest.Storage{}
 	for _, s := range storages {

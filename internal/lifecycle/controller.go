@@ -336,8 +336,12 @@ func advance(m *api.Machine, f facts) (string, bool) {
 }
 
 // ConditionPlanFailed is True while the machine's plan has failed, with
-// the failing instruction's output as its message: what the agent printed
-// reaches `kubectl describe machine` without a trip to the agent's host.
+// which instruction failed and its exit code as its message (`kubectl
+// describe machine`). What an instruction printed is never quoted: it may
+// echo a secret, and viewers read Machines and Events; it stays in the
+// MachinePlan's status, where only who may read the plan's secrets reads
+// it. The agent's own reports (a file it could not write, an agent
+// upgrade that failed) name paths and versions, and are quoted.
 // It is written when a plan fails and when one succeeds after a failure,
 // not on every step of a plan (each would cost a write per machine).
 const ConditionPlanFailed = "PlanFailed"
@@ -369,13 +373,18 @@ func setPlanFailed(m *api.Machine, plan *api.MachinePlan) bool {
 }
 
 // failureMessage says which instruction failed and how, from the last
-// failing entry of the plan's output.
+// failing entry of the plan's output: its text only when the entry is the
+// agent's own, not an instruction's (see ConditionPlanFailed).
 func failureMessage(plan *api.MachinePlan) string {
 	msg := fmt.Sprintf("the plan failed %d time(s) (the machine fails at %d)", plan.Status.FailureCount, plan.Spec.MaxFailures)
 	for i := len(plan.Status.Output) - 1; i >= 0; i-- {
 		out := plan.Status.Output[i]
 		if out.ExitCode == 0 {
 			continue
+		}
+		if instruction(plan, out.Name) {
+			msg = fmt.Sprintf("instruction %s failed (exit code %d); %s", out.Name, out.ExitCode, msg)
+			break
 		}
 		text := strings.TrimSpace(out.Output)
 		if j := strings.LastIndexByte(text, '\n'); j >= 0 {
@@ -389,6 +398,17 @@ func failureMessage(plan *api.MachinePlan) string {
 		msg = strings.ToValidUTF8(msg[:maxFailureMessage-3], "") + "..."
 	}
 	return msg + "; see 'kubectl get machineplan " + plan.Name + " -o yaml' for the output"
+}
+
+// instruction reports whether name is one of the plan's instructions,
+// whose output is what its command printed.
+func instruction(plan *api.MachinePlan, name string) bool {
+	for _, in := range plan.Spec.Instructions {
+		if in.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // decide returns the event a machine should take now, if any, and why.

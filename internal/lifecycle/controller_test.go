@@ -223,3 +223,29 @@ func TestRecordedEvents(t *testing.T) {
 		})
 	}
 }
+
+// What an instruction printed may echo a secret (a password it was given):
+// neither the Machine's PlanFailed condition nor its Event quotes it, since
+// viewers read both. They name the instruction and its exit code; the
+// output stays in the plan's status, redacted for viewers (issue 27).
+func TestPlanFailedNeverQuotesInstructionOutput(t *testing.T) {
+	const secret = "s3cr3t-db-password"
+	plan := &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: "m"},
+		Spec: api.MachinePlanSpec{MaxFailures: 1, Instructions: []api.PlanInstruction{{Name: "migrate", Command: "/bin/sh"}}},
+		Status: api.MachinePlanStatus{Checksum: "new", State: api.PlanStateFailed, FailureCount: 1, Output: []api.InstructionOutput{
+			{Name: "migrate", ExitCode: 2, Output: "connecting with password " + secret + "\nFATAL: authentication failed for " + secret},
+		}}}
+	m := &api.Machine{Status: api.MachineStatus{Phase: api.MachinePhaseFailed, Reason: "PlanFailed"}}
+	if !setPlanFailed(m, plan) {
+		t.Fatal("a failed plan did not set the PlanFailed condition")
+	}
+	c := meta.FindStatusCondition(m.Status.Conditions, ConditionPlanFailed)
+	if strings.Contains(c.Message, secret) || !strings.Contains(c.Message, "instruction migrate failed (exit code 2)") {
+		t.Errorf("PlanFailed message %q: want the instruction and its exit code, never its output", c.Message)
+	}
+	rec := record.NewFakeRecorder(10)
+	(&Controller{events: rec}).record(m, api.MachinePhaseUpdating, true, false)
+	if e := <-rec.Events; strings.Contains(e, secret) || !strings.Contains(e, "migrate") {
+		t.Errorf("event %q quotes the instruction's output or does not name it", e)
+	}
+}

@@ -201,9 +201,9 @@ func validatePlanSpec(p *api.MachinePlan) field.ErrorList {
 			} else if !utf8.ValidString(pr.HTTPGet.URL) {
 				// JSON would store U+FFFD in place of the bad bytes: the
 				// plan would not be the one that was validated.
-				errs = append(errs, field.Invalid(pp.Child("httpGet", "url"), pr.HTTPGet.URL, "must be valid UTF-8; percent-encode other bytes (%AD)"))
+				errs = append(errs, field.Invalid(pp.Child("httpGet", "url"), field.OmitValueType{}, "must be valid UTF-8; percent-encode other bytes (%AD)"))
 			} else if u, err := url.Parse(pr.HTTPGet.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				errs = append(errs, field.Invalid(pp.Child("httpGet", "url"), pr.HTTPGet.URL, "must be an http:// or https:// URL"))
+				errs = append(errs, field.Invalid(pp.Child("httpGet", "url"), field.OmitValueType{}, "must be an http:// or https:// URL"))
 			}
 		case pr.Exec != nil:
 			errs = append(errs, validateCommand(pr.Exec.Command, pp.Child("exec", "command"))...)
@@ -222,6 +222,7 @@ func validatePlanSpec(p *api.MachinePlan) field.ErrorList {
 				"let the plan download large files instead", maxPlanTotalBytes)))
 	}
 	errs = append(errs, validateAgentUpgrade(p.Spec.AgentUpgrade, spec.Child("agentUpgrade"))...)
+	errs = append(errs, validateNotRedacted(&p.Spec, spec)...)
 	return append(errs, validateNonNegative(p.Spec.MaxFailures, spec.Child("maxFailures"))...)
 }
 
@@ -346,6 +347,8 @@ func validateCommand(cmd string, fld *field.Path) field.ErrorList {
 	return nil
 }
 
+// validateArgs and validateEnv never quote the value they refuse: it may
+// be a secret, and an error may reach a log (a controller's failed write).
 func validateArgs(args []string, fld *field.Path) field.ErrorList {
 	if len(args) > maxArgs {
 		return field.ErrorList{field.TooMany(fld, len(args), maxArgs)}
@@ -356,10 +359,10 @@ func validateArgs(args []string, fld *field.Path) field.ErrorList {
 		case len(a) > maxArgBytes:
 			errs = append(errs, field.TooLong(fld.Index(i), "", maxArgBytes))
 		case strings.IndexByte(a, 0) >= 0:
-			errs = append(errs, field.Invalid(fld.Index(i), a,
+			errs = append(errs, field.Invalid(fld.Index(i), field.OmitValueType{},
 				"must not contain a NUL byte: a program's arguments end at the first one, so the agent cannot pass it"))
 		case !utf8.ValidString(a):
-			errs = append(errs, field.Invalid(fld.Index(i), a, notUTF8))
+			errs = append(errs, field.Invalid(fld.Index(i), field.OmitValueType{}, notUTF8))
 		}
 	}
 	return errs
@@ -377,13 +380,13 @@ func validateEnv(env []string, fld *field.Path) field.ErrorList {
 		case len(e) > maxEnvBytes:
 			errs = append(errs, field.TooLong(fld.Index(i), "", maxEnvBytes))
 		case !ok || !envName.MatchString(name):
-			errs = append(errs, field.Invalid(fld.Index(i), e,
+			errs = append(errs, field.Invalid(fld.Index(i), field.OmitValueType{},
 				`must be "NAME=value" where NAME is letters, digits and '_' and does not start with a digit`))
 		case strings.IndexByte(e, 0) >= 0:
-			errs = append(errs, field.Invalid(fld.Index(i), e,
+			errs = append(errs, field.Invalid(fld.Index(i), field.OmitValueType{},
 				"must not contain a NUL byte: the environment is NUL-separated, so the agent cannot pass it"))
 		case !utf8.ValidString(e):
-			errs = append(errs, field.Invalid(fld.Index(i), e, notUTF8))
+			errs = append(errs, field.Invalid(fld.Index(i), field.OmitValueType{}, notUTF8))
 		case seen[name]:
 			errs = append(errs, field.Duplicate(fld.Index(i), name))
 		}

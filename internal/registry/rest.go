@@ -39,6 +39,9 @@ type StatusREST struct {
 	store *genericregistry.Store
 	// lifecycle is the kind's state machine, nil for kinds without one.
 	lifecycle *fsm.Definition
+	// guard, for the plan kinds, redacts secrets for callers who may not
+	// read them (secrets.go).
+	guard *secretGuard
 }
 
 // New implements rest.Storage.
@@ -49,13 +52,21 @@ func (r *StatusREST) Destroy() {}
 
 // Get implements rest.Getter, so that kubectl can read the subresource.
 func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
-	return r.store.Get(ctx, name, options)
+	obj, err := r.store.Get(ctx, name, options)
+	if err != nil || r.guard == nil {
+		return obj, err
+	}
+	return r.guard.out(ctx, name, obj), nil
 }
 
 // Update implements rest.Updater; patches reach it too.
 func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
 	// Status never creates: an object must exist before it has a status.
-	return updateCounted(ctx, r.store, r.lifecycle, name, objInfo, createValidation, updateValidation, options)
+	obj, created, err := updateCounted(ctx, r.store, r.lifecycle, name, objInfo, createValidation, updateValidation, options)
+	if err != nil || r.guard == nil {
+		return obj, created, err
+	}
+	return r.guard.out(ctx, name, obj), created, nil
 }
 
 // GetResetFields implements rest.ResetFieldsStrategy.

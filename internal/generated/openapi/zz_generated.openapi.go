@@ -1361,7 +1361,7 @@ func schema_pkg_apis_muster_v1alpha1_ExecProbe(ref common.ReferenceCallback) com
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "Args are passed to Command.",
+							Description: "Args are passed to Command. They may hold a secret: callers not allowed machineplans/secrets read each as \"<redacted>\" (Redacted).",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
@@ -1389,7 +1389,7 @@ func schema_pkg_apis_muster_v1alpha1_HTTPGetProbe(ref common.ReferenceCallback) 
 				Properties: map[string]spec.Schema{
 					"url": {
 						SchemaProps: spec.SchemaProps{
-							Description: "URL is the http or https URL to get.",
+							Description: "URL is the http or https URL to get. Its user info and query may hold a secret: callers not allowed machineplans/secrets read them as \"<redacted>\" (Redacted).",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
@@ -1434,7 +1434,7 @@ func schema_pkg_apis_muster_v1alpha1_InstructionOutput(ref common.ReferenceCallb
 					},
 					"output": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Output is the combined stdout and stderr, truncated to 4 KiB.",
+							Description: "Output is the combined stdout and stderr, truncated to 4 KiB. It may echo a secret: callers not allowed machineplans/secrets read \"<redacted>\" (Redacted).",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -1580,7 +1580,7 @@ func schema_pkg_apis_muster_v1alpha1_MachinePlan(ref common.ReferenceCallback) c
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "MachinePlan is what a machine's agent must do, and what it reported. Its name is the Machine's name; its identity is the checksum of its spec.",
+				Description: "MachinePlan is what a machine's agent must do, and what it reported. Its name is the Machine's name; its identity is the checksum of its spec. The values that may hold a secret are read back whole only by callers allowed machineplans/secrets (SecretsSubresource); others read Redacted.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"kind": {
@@ -1835,7 +1835,7 @@ func schema_pkg_apis_muster_v1alpha1_MachinePlanSetSpec(ref common.ReferenceCall
 					},
 					"template": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Template is the plan every selected machine gets. Each distinct template is a revision (status.revision); changing it rolls the machines onto the new one within Strategy.",
+							Description: "Template is the plan every selected machine gets. Each distinct template is a revision (status.revision); changing it rolls the machines onto the new one within Strategy. Its values that may hold a secret are read as a MachinePlan's are: whole only by callers allowed machineplansets/secrets (SecretsSubresource), others read \"<redacted>\" (Redacted). The same holds for spec.drain.template and status.lastCompleteTemplate.",
 							Default:     map[string]interface{}{},
 							Ref:         ref(v1alpha1.MachinePlanSpec{}.OpenAPIModelName()),
 						},
@@ -1878,7 +1878,7 @@ func schema_pkg_apis_muster_v1alpha1_MachinePlanSetStatus(ref common.ReferenceCa
 				Properties: map[string]spec.Schema{
 					"revision": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Revision is the content hash of the current template; the set's plans carry the revision they were written from in the muster.io/plan-set-revision label.",
+							Description: "Revision is the content hash of the current template (secrets included, like a plan's checksum: a secret in a template must not be guessable); the set's plans carry the revision they were written from in the muster.io/plan-set-revision label.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -2171,7 +2171,7 @@ func schema_pkg_apis_muster_v1alpha1_MachinePlanStatus(ref common.ReferenceCallb
 				Properties: map[string]spec.Schema{
 					"checksum": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Checksum is the server-computed checksum of the current spec: the plan's identity.",
+							Description: "Checksum is the server-computed checksum of the current spec: the plan's identity. It is the SHA-256 of the whole spec, secrets included, and every reader of the plan reads it: it confirms a guessed secret to whoever knows the rest of the spec, so a secret in a plan must be one that cannot be guessed (a random password or key), never a dictionary word or a short PIN.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -2207,7 +2207,7 @@ func schema_pkg_apis_muster_v1alpha1_MachinePlanStatus(ref common.ReferenceCallb
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "Output holds the saved output of each instruction of the last run, truncated.",
+							Description: "Output holds the saved output of each instruction of the last run, truncated. A failing instruction's output is kept even without saveOutput.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
@@ -2933,7 +2933,7 @@ func schema_pkg_apis_muster_v1alpha1_PlanFile(ref common.ReferenceCallback) comm
 					},
 					"content": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Content is the file's content (text). At most 64 KiB per file.",
+							Description: "Content is the file's content (text). At most 64 KiB per file. It may hold a secret: callers not allowed machineplans/secrets read \"<redacted>\" (Redacted).",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -2989,7 +2989,7 @@ func schema_pkg_apis_muster_v1alpha1_PlanInstruction(ref common.ReferenceCallbac
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "Args are passed to Command.",
+							Description: "Args are passed to Command. They may hold a secret: callers not allowed machineplans/secrets read each as \"<redacted>\" (Redacted).",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
@@ -3008,7 +3008,7 @@ func schema_pkg_apis_muster_v1alpha1_PlanInstruction(ref common.ReferenceCallbac
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "Env holds extra environment variables, each \"NAME=value\".",
+							Description: "Env holds extra environment variables, each \"NAME=value\". The values may hold a secret: callers not allowed machineplans/secrets read \"NAME=<redacted>\" (Redacted).",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
@@ -3029,7 +3029,7 @@ func schema_pkg_apis_muster_v1alpha1_PlanInstruction(ref common.ReferenceCallbac
 					},
 					"saveOutput": {
 						SchemaProps: spec.SchemaProps{
-							Description: "SaveOutput reports the command's combined output (truncated) in the plan status.",
+							Description: "SaveOutput reports the command's combined output (truncated) in the plan status, where only callers allowed machineplans/secrets read it.",
 							Type:        []string{"boolean"},
 							Format:      "",
 						},
@@ -3191,7 +3191,7 @@ func schema_pkg_apis_muster_v1alpha1_ProbeStatus(ref common.ReferenceCallback) c
 					},
 					"message": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Message explains the last failure, if any.",
+							Description: "Message explains the last failure, if any; an exec probe's carries its output. Callers not allowed machineplans/secrets read \"<redacted>\" (Redacted).",
 							Type:        []string{"string"},
 							Format:      "",
 						},

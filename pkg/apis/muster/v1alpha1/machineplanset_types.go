@@ -105,7 +105,11 @@ type MachinePlanSetSpec struct {
 	Cluster string `json:"cluster,omitempty"`
 	// Template is the plan every selected machine gets. Each distinct
 	// template is a revision (status.revision); changing it rolls the
-	// machines onto the new one within Strategy.
+	// machines onto the new one within Strategy. Its values that may hold
+	// a secret are read as a MachinePlan's are: whole only by callers
+	// allowed machineplansets/secrets (SecretsSubresource), others read
+	// "<redacted>" (Redacted). The same holds for spec.drain.template and
+	// status.lastCompleteTemplate.
 	Template MachinePlanSpec `json:"template"`
 	// Strategy bounds a rollout.
 	// +optional
@@ -221,7 +225,9 @@ type PlanSetRevision struct {
 
 // MachinePlanSetStatus is the observed state of a MachinePlanSet.
 type MachinePlanSetStatus struct {
-	// Revision is the content hash of the current template; the set's
+	// Revision is the content hash of the current template (secrets
+	// included, like a plan's checksum: a secret in a template must not be
+	// guessable); the set's
 	// plans carry the revision they were written from in the
 	// muster.io/plan-set-revision label.
 	// +optional

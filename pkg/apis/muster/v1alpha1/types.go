@@ -556,12 +556,36 @@ const (
 	PlanStateFailed     PlanState = "failed"
 )
 
+// Redacted is what a caller who may not read a plan's secrets reads in
+// place of each value that may hold one: a file's content, an
+// instruction's arguments and the value of each of its environment
+// variables (the name stays: "DB_PASSWORD=<redacted>"), an exec probe's
+// arguments, an HTTP probe URL's user info and query, an instruction's
+// saved output, a probe's message, and the
+// kubectl.kubernetes.io/last-applied-configuration annotation; in a
+// MachinePlan and in every template of a MachinePlanSet. It carries
+// neither the value's length nor a hash of it. A write that carries it
+// back in one of those fields is refused, so that a plan read redacted
+// and written back cannot replace the secret with the marker.
+const Redacted = "<redacted>"
+
+// SecretsSubresource names the permission to read a plan's secrets:
+// "get" on machineplans/secrets (a MachinePlan) or machineplansets/secrets
+// (a MachinePlanSet). It is never served; the server asks its authorizer
+// for it on every read of plans and plan sets, and redacts (Redacted)
+// for a caller it does not allow. Administrators and operators hold it,
+// and a machine's agent for its own MachinePlan; viewers do not. Behind a
+// kube-apiserver, its RBAC grants it like any subresource.
+const SecretsSubresource = "secrets"
+
 // +genclient
 // +genclient:nonNamespaced
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // MachinePlan is what a machine's agent must do, and what it reported. Its
 // name is the Machine's name; its identity is the checksum of its spec.
+// The values that may hold a secret are read back whole only by callers
+// allowed machineplans/secrets (SecretsSubresource); others read Redacted.
 type MachinePlan struct {
 	metav1.TypeMeta `json:",inline"`
 	// Standard object metadata. The name is the name of the Machine it is for.
@@ -633,7 +657,9 @@ func (s *MachinePlanSpec) ChangesMachine() bool {
 type PlanFile struct {
 	// Path is the absolute, clean path of the file on the machine.
 	Path string `json:"path"`
-	// Content is the file's content (text). At most 64 KiB per file.
+	// Content is the file's content (text). At most 64 KiB per file. It
+	// may hold a secret: callers not allowed machineplans/secrets read
+	// "<redacted>" (Redacted).
 	// +optional
 	Content string `json:"content,omitempty"`
 	// Mode is the file's permission bits, for example 0644 (420 in decimal). Defaults to 0600.
@@ -650,18 +676,22 @@ type PlanInstruction struct {
 	Name string `json:"name"`
 	// Command is the program to run (absolute path or a name found on PATH).
 	Command string `json:"command"`
-	// Args are passed to Command.
+	// Args are passed to Command. They may hold a secret: callers not
+	// allowed machineplans/secrets read each as "<redacted>" (Redacted).
 	// +optional
 	// +listType=atomic
 	Args []string `json:"args,omitempty"`
-	// Env holds extra environment variables, each "NAME=value".
+	// Env holds extra environment variables, each "NAME=value". The values
+	// may hold a secret: callers not allowed machineplans/secrets read
+	// "NAME=<redacted>" (Redacted).
 	// +optional
 	// +listType=atomic
 	Env []string `json:"env,omitempty"`
 	// TimeoutSeconds bounds the command's run time; 0 means the default of 300.
 	// +optional
 	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
-	// SaveOutput reports the command's combined output (truncated) in the plan status.
+	// SaveOutput reports the command's combined output (truncated) in the
+	// plan status, where only callers allowed machineplans/secrets read it.
 	// +optional
 	SaveOutput bool `json:"saveOutput,omitempty"`
 }
@@ -693,7 +723,9 @@ type PlanProbe struct {
 
 // HTTPGetProbe checks a URL.
 type HTTPGetProbe struct {
-	// URL is the http or https URL to get.
+	// URL is the http or https URL to get. Its user info and query may
+	// hold a secret: callers not allowed machineplans/secrets read them as
+	// "<redacted>" (Redacted).
 	URL string `json:"url"`
 	// InsecureSkipVerify skips TLS verification of an https URL.
 	// +optional
@@ -704,7 +736,8 @@ type HTTPGetProbe struct {
 type ExecProbe struct {
 	// Command is the program to run.
 	Command string `json:"command"`
-	// Args are passed to Command.
+	// Args are passed to Command. They may hold a secret: callers not
+	// allowed machineplans/secrets read each as "<redacted>" (Redacted).
 	// +optional
 	// +listType=atomic
 	Args []string `json:"args,omitempty"`
@@ -712,7 +745,12 @@ type ExecProbe struct {
 
 // MachinePlanStatus is what the agent reported about its plan.
 type MachinePlanStatus struct {
-	// Checksum is the server-computed checksum of the current spec: the plan's identity.
+	// Checksum is the server-computed checksum of the current spec: the
+	// plan's identity. It is the SHA-256 of the whole spec, secrets
+	// included, and every reader of the plan reads it: it confirms a
+	// guessed secret to whoever knows the rest of the spec, so a secret in
+	// a plan must be one that cannot be guessed (a random password or key),
+	// never a dictionary word or a short PIN.
 	// +optional
 	Checksum string `json:"checksum,omitempty"`
 	// State is pending (new plan), in-progress, succeeded or failed.
@@ -724,7 +762,9 @@ type MachinePlanStatus struct {
 	// FailureCount is how many times in a row the current plan failed.
 	// +optional
 	FailureCount int32 `json:"failureCount,omitempty"`
-	// Output holds the saved output of each instruction of the last run, truncated.
+	// Output holds the saved output of each instruction of the last run,
+	// truncated. A failing instruction's output is kept even without
+	// saveOutput.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -745,7 +785,9 @@ type InstructionOutput struct {
 	Name string `json:"name"`
 	// ExitCode is the command's exit code; -1 when it could not start or timed out.
 	ExitCode int32 `json:"exitCode"`
-	// Output is the combined stdout and stderr, truncated to 4 KiB.
+	// Output is the combined stdout and stderr, truncated to 4 KiB. It
+	// may echo a secret: callers not allowed machineplans/secrets read
+	// "<redacted>" (Redacted).
 	// +optional
 	Output string `json:"output,omitempty"`
 }
@@ -756,7 +798,9 @@ type ProbeStatus struct {
 	Name string `json:"name"`
 	// Healthy is the probe's current verdict.
 	Healthy bool `json:"healthy"`
-	// Message explains the last failure, if any.
+	// Message explains the last failure, if any; an exec probe's carries
+	// its output. Callers not allowed machineplans/secrets read
+	// "<redacted>" (Redacted).
 	// +optional
 	Message string `json:"message,omitempty"`
 }
