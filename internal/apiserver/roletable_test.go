@@ -46,6 +46,10 @@ func roleTableRows() []authorizer.AttributesRecord {
 		res(api.GroupName, registry.Machine.Resource, sub)
 	}
 	res(api.GroupName, registry.Cluster.Resource, "history")
+	// Never served: asked of the authorizer to decide who reads a plan's
+	// secrets whole (internal/registry/secrets.go).
+	res(api.GroupName, registry.MachinePlan.Resource, "secrets")
+	res(api.GroupName, registry.MachinePlanSet.Resource, "secrets")
 	res("", "events", "")
 	for _, p := range []string{"/apis", "/openapi/v3", DriversPath, DriversPath + "/NAME", "/metrics"} {
 		rows = append(rows, authorizer.AttributesRecord{Path: p})
