@@ -2,86 +2,12 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
-
-// agentProc is one muster-agent process.
-type agentProc struct {
-	t       testing.TB
-	dataDir string
-	cmd     *exec.Cmd
-	log     *syncBuffer
-	exited  chan struct{}
-}
-
-// startAgent runs muster-agent against s with the given flags.
-func startAgent(t testing.TB, s *server, dataDir string, args ...string) *agentProc {
-	t.Helper()
-	a := runAgentBinary(t, append([]string{"--server", s.url(), "--data-dir", dataDir}, args...)...)
-	a.dataDir = dataDir
-	return a
-}
-
-// runAgentBinary runs the muster-agent binary with args, killed at the end of the test.
-func runAgentBinary(t testing.TB, args ...string) *agentProc {
-	t.Helper()
-	return runAgentBinaryEnv(t, nil, args...)
-}
-
-func (a *agentProc) kill() {
-	select {
-	case <-a.exited:
-	default:
-		_ = a.cmd.Process.Signal(syscall.SIGKILL)
-		<-a.exited
-	}
-}
-
-// waitFor waits until the agent's output contains want.
-func (a *agentProc) waitOutput(want string, timeout time.Duration) {
-	a.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if strings.Contains(a.log.String(), want) {
-			return
-		}
-		select {
-		case <-a.exited:
-			if strings.Contains(a.log.String(), want) {
-				return
-			}
-			a.t.Fatalf("muster-agent exited (%v) before %q:\n%s", a.cmd.ProcessState, want, a.log.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	a.t.Fatalf("muster-agent did not say %q within %s:\n%s", want, timeout, a.log.String())
-}
-
-// waitExit waits for the agent to give up and returns its output.
-func (a *agentProc) waitExit(timeout time.Duration) (string, int) {
-	a.t.Helper()
-	select {
-	case <-a.exited:
-		return a.log.String(), a.cmd.ProcessState.ExitCode()
-	case <-time.After(timeout):
-		a.t.Fatalf("muster-agent still running after %s:\n%s", timeout, a.log.String())
-		return "", 0
-	}
-}
-
-func newToken(t *testing.T, s *server, args ...string) string {
-	t.Helper()
-	return strings.TrimSpace(s.muster(t, append([]string{"token", "create"}, args...)...))
-}
 
 // TestJoin: token create, agent join, pivot, restart without re-registering,
 // and no secret stored or logged — on SQLite and PostgreSQL.
@@ -142,47 +68,4 @@ func TestJoin(t *testing.T) {
 			}
 		}
 	})
-}
-
-// storedBytes returns every byte the datastore holds for this server.
-func storedBytes(t *testing.T, s *server, endpoint string) []byte {
-	t.Helper()
-	if endpoint == "" {
-		var all []byte
-		for _, f := range []string{"state.db", "state.db-wal"} {
-			b, err := os.ReadFile(filepath.Join(s.dataDir, "db", f))
-			if err != nil && !os.IsNotExist(err) {
-				t.Fatal(err)
-			}
-			all = append(all, b...)
-		}
-		if len(all) == 0 {
-			t.Fatal("no SQLite data found to inspect")
-		}
-		return all
-	}
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, "SELECT name, coalesce(value, ''::bytea), coalesce(old_value, ''::bytea) FROM kine")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var all []byte
-	for rows.Next() {
-		var name string
-		var v, old []byte
-		if err := rows.Scan(&name, &v, &old); err != nil {
-			t.Fatal(err)
-		}
-		all = append(append(append(all, name...), v...), old...)
-	}
-	if len(all) == 0 {
-		t.Fatal("no PostgreSQL rows found to inspect")
-	}
-	return all
 }

@@ -10,17 +10,6 @@ import (
 	"time"
 )
 
-// writeTokenFile puts a join token in a 0600 file, as an operator would
-// for --token-file.
-func writeTokenFile(t *testing.T, token string) string {
-	t.Helper()
-	f := filepath.Join(t.TempDir(), "join-token")
-	if err := os.WriteFile(f, []byte(token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
 // tokenSecret is the secret part of K10<hash>::<id>.<secret>.
 func tokenSecret(token string) string { return token[strings.LastIndex(token, ".")+1:] }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -109,41 +108,6 @@ func createMachines(b *testing.B, s *server, n, workers int) {
 	}
 }
 
-func rssKiB(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			f := strings.Fields(line)
-			n, _ := strconv.Atoi(f[1])
-			return n
-		}
-	}
-	return 0
-}
-
-// cpuSeconds is the CPU time (user and system) a process has used so far,
-// from /proc/PID/stat, in seconds; 0 if it is gone.
-func cpuSeconds(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The command name, in parentheses, may hold spaces: count fields from
-	// its closing parenthesis. utime and stime are fields 14 and 15.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	// In clock ticks, USER_HZ, which is 100 on every Linux architecture
-	// Go runs on (sysconf(_SC_CLK_TCK) without cgo).
-	return (utime + stime) / 100
-}
-
 // BenchmarkJoin: agent process start → "running as machine" (CA fetch and
 // pin, registration, grant, certificate stored), for 1 and for 50 agents
 // started at once, on each backend; p50 and p99 over the agents.
@@ -179,14 +143,6 @@ func BenchmarkJoin(b *testing.B) {
 			})
 		}
 	}
-}
-
-func mustRun(b *testing.B, bin string, args ...string) string {
-	out, err := exec.Command(bin, args...).Output()
-	if err != nil {
-		b.Fatalf("%s %v: %v", bin, args, err)
-	}
-	return string(out)
 }
 
 // BenchmarkPlanLatency: a plan change written by an admin → the agent
@@ -287,14 +243,4 @@ func BenchmarkIdleWrites(b *testing.B) {
 		b.ReportMetric(float64(own.Load())/agents*float64(time.Hour/window), "writes/agent/hour")
 		s.stop()
 	}
-}
-
-func adminClient(b testing.TB, s *server) clientset.Interface {
-	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	// The measuring client must not be the bottleneck (client-go's default is 5/s).
-	cfg.QPS, cfg.Burst = 1000, 1000
-	return clientset.NewForConfigOrDie(cfg)
 }

@@ -15,18 +15,6 @@ import (
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
-// runIn runs a binary in dir with env added to a clean environment (no
-// KUBECONFIG of the test's own), and returns its combined output.
-func runIn(dir string, env []string, bin string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = dir
-	cmd.Env = append(withoutEnv(os.Environ(), "KUBECONFIG", "MUSTER_TOKEN", "MUSTER_DATASTORE_ENDPOINT"), env...)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
 // TestClientSubcommandsFindTheCredential: muster-server's client
 // subcommands and `muster-agent simulate --plan-updates` find the admin
 // credential as kubectl does — --kubeconfig, then $KUBECONFIG, then the data

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,15 +15,6 @@ import (
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	clientset "github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
-
-// historyCLI runs `muster-server history` against s's datastore, the
-// PostgreSQL DSN in the environment as an operator would pass it.
-func historyCLI(s *server, args ...string) (string, error) {
-	cmd := exec.Command(serverBin, append([]string{"history", "--data-dir", s.dataDir}, args...)...)
-	cmd.Env = append(os.Environ(), "MUSTER_DATASTORE_ENDPOINT="+s.endpoint)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
 
 // transitionKey is one transition as both status.transitions and the
 // history table identify it.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -162,21 +161,6 @@ func agentsWork(t *testing.T, s *server, names []string) {
 		waitFor(t, 90*time.Second, n+" to apply a plan on the new datastore", func() bool { return planApplied(c, n) })
 		waitPhase(t, s, n, "Running", 30*time.Second)
 	}
-}
-
-func datastoreCLI(s *server, env []string, args ...string) (string, error) {
-	cmd := exec.Command(serverBin, append(args, "--data-dir", s.dataDir)...)
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
-func writeSecretFile(t *testing.T, content string) string {
-	f := filepath.Join(t.TempDir(), "endpoint")
-	if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return f
 }
 
 // TestDatastoreMigrateSQLiteToPostgres: a stopped server's SQLite datastore

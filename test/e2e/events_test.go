@@ -32,21 +32,6 @@ func eventRows(t *testing.T, s *server, args ...string) []string {
 	return rows
 }
 
-func waitForEvent(t *testing.T, s *server, what string, match func(row string) bool, args ...string) string {
-	t.Helper()
-	var found string
-	waitFor(t, 30*time.Second, what, func() bool {
-		for _, r := range eventRows(t, s, args...) {
-			if match(r) {
-				found = r
-				return true
-			}
-		}
-		return false
-	})
-	return found
-}
-
 // TestEvents (issue 20, items 4 and 5): transitions, a plan's failure,
 // grants and refusals are Events that kubectl get events and kubectl
 // describe show; the Machine carries the failure as a condition; events

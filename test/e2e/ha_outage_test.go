@@ -10,10 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"k8s.io/client-go/util/retry"
-
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
-	clientset "github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
 
 // TestHADatastoreOutage: PostgreSQL stops for 10 s under two servers with
@@ -83,39 +80,4 @@ func TestHADatastoreOutage(t *testing.T) {
 	waitFor(t, 60*time.Second, "both machines Running the new plan", func() bool {
 		return allRunning(c, "outage-a", "outage-b") && planApplied(c, "outage-a") && planApplied(c, "outage-b")
 	})
-}
-
-func allRunning(c clientset.Interface, names ...string) bool {
-	for _, n := range names {
-		m, err := c.MusterV1alpha1().Machines().Get(context.Background(), n, metav1.GetOptions{})
-		if err != nil || m.Status.Phase != api.MachinePhaseRunning {
-			return false
-		}
-	}
-	return true
-}
-
-// setPlan gives machine a plan that runs one command, retrying conflicts
-// with the agent's status writes.
-func setPlan(t *testing.T, c clientset.Interface, machine, command string) {
-	t.Helper()
-	plans := c.MusterV1alpha1().MachinePlans()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		p, err := plans.Get(context.Background(), machine, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		p.Spec.Instructions = []api.PlanInstruction{{Name: "run", Command: "/bin/sh", Args: []string{"-c", command}}}
-		_, err = plans.Update(context.Background(), p, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		t.Fatalf("setting the plan of %s: %v", machine, err)
-	}
-}
-
-// planApplied reports whether machine's agent applied its current plan.
-func planApplied(c clientset.Interface, machine string) bool {
-	p, err := c.MusterV1alpha1().MachinePlans().Get(context.Background(), machine, metav1.GetOptions{})
-	return err == nil && p.Status.State == api.PlanStateSucceeded && p.Status.Checksum != "" && p.Status.AppliedChecksum == p.Status.Checksum
 }

@@ -14,51 +14,12 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/muster-io/muster/internal/leader"
 	"github.com/muster-io/muster/internal/pgtest"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	clientset "github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
-
-// startHA starts n servers on 127.0.0.1..n sharing one PostgreSQL database:
-// the first generates the server token, the others are given it.
-// extra are flags every server gets (an etcd's TLS files).
-func startHA(t *testing.T, dsn string, n int, extra ...string) []*server {
-	t.Helper()
-	first := newServer(t, "127.0.0.1", dsn, extra...)
-	first.start()
-	token := serverToken(t, first)
-	servers := []*server{first}
-	for i := 2; i <= n; i++ {
-		s := newServer(t, fmt.Sprintf("127.0.0.%d", i), dsn, append(slices.Clone(extra), "--token", token)...)
-		s.start()
-		servers = append(servers, s)
-	}
-	return servers
-}
-
-func serverToken(t *testing.T, s *server) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(s.dataDir, "token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(b))
-}
-
-// clientVia is server `from`'s admin identity talking to server `to`.
-func clientVia(t testing.TB, from, to *server) clientset.Interface {
-	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", from.kubeconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Host = to.url()
-	cfg.QPS, cfg.Burst = 1000, 1000
-	return clientset.NewForConfigOrDie(cfg)
-}
 
 // TestHASharedControlPlane: three servers on one PostgreSQL are one control
 // plane: one CA, server 1's admin kubeconfig works on all three, an object
@@ -164,19 +125,6 @@ func waitEvent(t *testing.T, w watch.Interface, typ watch.EventType, name string
 			t.Fatalf("no %s event for %s within 30s", typ, name)
 		}
 	}
-}
-
-func endpointAddresses(t *testing.T, c clientset.Interface) []string {
-	t.Helper()
-	list, err := c.MusterV1alpha1().ServerEndpoints().List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, e := range list.Items {
-		out = append(out, e.Spec.Address)
-	}
-	return out
 }
 
 // leaderOf returns the server holding the controller lease.

@@ -75,14 +75,6 @@ func pipeInstall(t *testing.T, s *server, base string, r installRoot, args ...st
 	return string(out), err
 }
 
-func (s *server) caPEM(t *testing.T) []byte {
-	b, err := os.ReadFile(filepath.Join(s.dataDir, "tls", "ca.crt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 func fileSHA256(t *testing.T, path string) string {
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -221,27 +221,6 @@ func TestJoinBadInputs(t *testing.T) {
 	})
 }
 
-// createRegistration submits a well-formed registration, changed by mutate.
-func createRegistration(ctx context.Context, c clientset.Interface, node string, mutate func(*api.ClusterRegistration)) error {
-	key, _, err := pki.NewPrivateKey()
-	if err != nil {
-		return err
-	}
-	csr, err := pki.NewCSR(node, key)
-	if err != nil {
-		return err
-	}
-	clientID, random := "client-"+node, fmt.Sprintf("r%d", time.Now().UnixNano())
-	r := &api.ClusterRegistration{
-		ObjectMeta: metav1.ObjectMeta{Name: api.RegistrationName(clientID, random)},
-		Spec: api.ClusterRegistrationSpec{ClientID: clientID, ClientRandom: random, NodeName: node, CSR: csr,
-			NodePassword: "3f9c2a7e0b14d85c6e2f91a0c47b3d58"},
-	}
-	mutate(r)
-	_, err = c.MusterV1alpha1().ClusterRegistrations().Create(ctx, r, metav1.CreateOptions{})
-	return err
-}
-
 // TestFiftyAgentsJoinAtOnce: one token, 50 agent processes at once → 50
 // machines, 50 granted registrations, no orphans.
 func TestFiftyAgentsJoinAtOnce(t *testing.T) {
@@ -318,9 +297,4 @@ func TestConcurrentRegistrationsFromOneClient(t *testing.T) {
 	if out := s.mustKubectl("get", "machines", "-o", "name"); strings.TrimSpace(out) != "machine.muster.io/retrying-node" {
 		t.Errorf("machines after %d attempts: %q", attempts, out)
 	}
-}
-
-// heartbeat sends an agent's heartbeat with c's credential.
-func heartbeat(ctx context.Context, c clientset.Interface) error {
-	return c.MusterV1alpha1().RESTClient().Get().AbsPath(api.HeartbeatPath).Do(ctx).Error()
 }

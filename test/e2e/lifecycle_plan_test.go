@@ -11,26 +11,6 @@ import (
 	"github.com/muster-io/muster/internal/fsm"
 )
 
-// applyPlan applies a MachinePlan for machine from a spec written in YAML.
-func applyPlan(t *testing.T, s *server, machine, spec string) {
-	t.Helper()
-	f := filepath.Join(t.TempDir(), "plan.yaml")
-	doc := fmt.Sprintf("apiVersion: muster.io/v1alpha1\nkind: MachinePlan\nmetadata:\n  name: %s\nspec:\n%s", machine, spec)
-	if err := os.WriteFile(f, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s.mustKubectl("apply", "--server-side", "--force-conflicts", "-f", f)
-}
-
-func waitPhase(t *testing.T, s *server, machine, phase string, timeout time.Duration) {
-	t.Helper()
-	out, err := s.kubectl("wait", "machine/"+machine, "--for=jsonpath={.status.phase}="+phase, fmt.Sprintf("--timeout=%ds", int(timeout.Seconds())))
-	if err != nil {
-		got := s.mustKubectl("get", "machine", machine, "-o", "jsonpath={.status.phase} {.status.transitions[*].event}")
-		t.Fatalf("machine %s did not reach %s: %v\n%s\nnow: %s", machine, phase, err, out, got)
-	}
-}
-
 // TestMachineLifecycle: a joined machine runs its plans through the whole
 // lifecycle, on SQLite and PostgreSQL.
 func TestMachineLifecycle(t *testing.T) {

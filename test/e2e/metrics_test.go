@@ -335,18 +335,3 @@ func promQuery(t *testing.T, base, query string) (float64, bool) {
 	v, err := strconv.ParseFloat(s, 64)
 	return v, err == nil
 }
-
-// metricSum adds up every series of the metric name in a text exposition.
-func metricSum(exposition, name string) float64 {
-	sum := 0.0
-	for _, line := range strings.Split(exposition, "\n") {
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		fields := strings.Fields(line)
-		if v, err := strconv.ParseFloat(fields[len(fields)-1], 64); err == nil {
-			sum += v
-		}
-	}
-	return sum
-}

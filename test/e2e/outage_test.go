@@ -2,10 +2,8 @@ package e2e
 
 import (
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 )
@@ -58,23 +56,6 @@ type ownPostgres struct {
 	dsn string
 }
 
-func startOwnPostgres(t *testing.T) *ownPostgres {
-	t.Helper()
-	// Not t.TempDir(): its parent is private to root, and PostgreSQL runs
-	// as the postgres user.
-	dir, err := os.MkdirTemp("", "muster-own-pg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	pg := &ownPostgres{t: t, dir: dir}
-	out := pg.run("start")
-	t.Cleanup(func() { _ = exec.Command(postgresScript(), "stop", dir).Run() })
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	pg.dsn = lines[len(lines)-1]
-	return pg
-}
-
 func postgresScript() string { return filepath.Join("..", "..", "hack", "postgres.sh") }
 
 // run runs hack/postgres.sh start|stop on the test's server.
@@ -85,16 +66,4 @@ func (pg *ownPostgres) run(verb string) string {
 		pg.t.Fatalf("hack/postgres.sh %s: %v\n%s", verb, err, out)
 	}
 	return string(out)
-}
-
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s", timeout, what)
 }

@@ -392,11 +392,6 @@ func (w *rolloutWatcher) follow(stream int, wi watch.Interface) {
 	}
 }
 
-type deleted struct {
-	name   string
-	stream int
-}
-
 // replay applies, in revision order, every pending event at or before
 // upTo: no watch can still deliver one earlier than that.
 func (w *rolloutWatcher) replay(upTo int64) {

@@ -9,66 +9,6 @@ import (
 	"time"
 )
 
-// applySet applies a MachinePlanSet from YAML, failing the test if refused.
-func applySet(t *testing.T, s *server, doc string) {
-	t.Helper()
-	f := filepath.Join(t.TempDir(), "set.yaml")
-	if err := os.WriteFile(f, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s.mustKubectl("apply", "-f", f)
-}
-
-// setDoc is a plan set whose plan writes content to $PLANSET_OUT/set.conf:
-// the agents of this test share one host, so each is given its own
-// directory in its environment, which its instructions inherit.
-func setDoc(name, selector, content string, extra string) string {
-	return fmt.Sprintf(`apiVersion: muster.io/v1alpha1
-kind: MachinePlanSet
-metadata:
-  name: %s
-spec:
-  selector: {matchLabels: {%s}}
-%s  template:
-    maxFailures: 1
-    instructions:
-    - name: write
-      command: /bin/sh
-      args: ["-c", "printf '%s' > \"$PLANSET_OUT/set.conf\""]
-`, name, selector, extra, content)
-}
-
-// setCondition is a set's generation, observed generation and a condition's
-// status and reason, e.g. "2 2 True RolledOut".
-func setCondition(s *server, set, cond string) string {
-	out, _ := s.kubectl("get", "machineplanset", set, "-o",
-		fmt.Sprintf(`jsonpath={.metadata.generation} {.status.observedGeneration} {.status.conditions[?(@.type=="%s")].status} {.status.conditions[?(@.type=="%s")].reason}`, cond, cond))
-	return out
-}
-
-// waitSetCondition waits until the set's status describes its current
-// spec and cond has status want: a status of an older generation, still
-// Complete from the last revision, does not count.
-func waitSetCondition(t *testing.T, s *server, set, cond, want string) {
-	t.Helper()
-	waitFor(t, 90*time.Second, fmt.Sprintf("plan set %s %s=%s", set, cond, want), func() bool {
-		f := strings.Fields(setCondition(s, set, cond))
-		return len(f) >= 3 && f[0] == f[1] && f[2] == want
-	})
-}
-
-func readConf(t *testing.T, dir string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "set.conf"))
-	if os.IsNotExist(err) {
-		return "<none>"
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // TestPlanSet: a set gives the workers, and only them, its plan; a
 // template change rolls out within maxUnavailable and stops on a failure;
 // a machine relabelled out loses the set's plan; a hand-written plan and a

@@ -19,30 +19,6 @@ const processDriver = "--enable-process-driver"
 // its data dir, never in it (the default of --process-driver-dir).
 func processMachines(s *server) string { return filepath.Clean(s.dataDir) + "-process-machines" }
 
-// poolMachines lists the pool's Machines and their phases.
-func poolMachines(s *server, pool string) map[string]string {
-	out, err := s.kubectl("get", "machines", "-l", "muster.io/pool="+pool, "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.phase}{"\n"}{end}`)
-	got := map[string]string{}
-	if err != nil {
-		return got
-	}
-	for _, line := range strings.Fields(out) {
-		name, phase, _ := strings.Cut(line, "=")
-		got[name] = phase
-	}
-	return got
-}
-
-func countPhase(ms map[string]string, phase string) int {
-	n := 0
-	for _, p := range ms {
-		if p == phase {
-			n++
-		}
-	}
-	return n
-}
-
 // agentPID is the process-driver agent of machine m, 0 if none runs.
 func agentPID(s *server, m string) int {
 	b, err := os.ReadFile(filepath.Join(processMachines(s), m, "pid"))
@@ -58,58 +34,6 @@ func agentPID(s *server, m string) int {
 		return 0
 	}
 	return pid
-}
-
-// poolAgents are the process-driver agents of s running on this host, by
-// machine: read from /proc, not from the server's pid files, so a process
-// the server lost track of counts too.
-func poolAgents(s *server) map[string]int {
-	dir := processMachines(s) + "/"
-	got := map[string]int{}
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil {
-			continue
-		}
-		if stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); strings.Contains(string(stat), ") Z ") {
-			continue
-		}
-		args := strings.Split(string(cmdline), "\x00")
-		for i, a := range args {
-			if a == "--data-dir" && i+1 < len(args) && strings.HasPrefix(args[i+1], dir) {
-				got[strings.SplitN(strings.TrimPrefix(args[i+1], dir), "/", 2)[0]] = pid
-			}
-		}
-	}
-	return got
-}
-
-// killPoolAgentsAtEnd kills what s's process driver started when the test
-// ends: its agents outlive the server by design, as hosts would.
-func killPoolAgentsAtEnd(t testing.TB, s *server) {
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, _ := s.kubectl("get", "machines", "-o", "wide")
-			t.Logf("at the failure: machines\n%s\nagent processes %v\nthe end of the server's log:\n%s", out, poolAgents(s), lastLines(s.log.String(), 60))
-		}
-		for _, pid := range poolAgents(s) {
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-		}
-	})
-}
-
-func applyPool(t testing.TB, s *server, manifest string) {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "pool.yaml")
-	if err := os.WriteFile(path, []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s.mustKubectl("apply", "-f", path)
 }
 
 // samePoolHosts checks that the pool's Machines, the agent processes and

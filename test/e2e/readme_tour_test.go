@@ -223,20 +223,6 @@ func stopGroup(t *testing.T, cmd *exec.Cmd, exited <-chan struct{}) {
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 }
 
-func withoutEnv(env []string, names ...string) []string {
-	var kept []string
-outer:
-	for _, kv := range env {
-		for _, n := range names {
-			if strings.HasPrefix(kv, n+"=") {
-				continue outer
-			}
-		}
-		kept = append(kept, kv)
-	}
-	return kept
-}
-
 func nonLoopbackIPv4() string {
 	addrs, _ := net.InterfaceAddrs()
 	for _, a := range addrs {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,36 +8,6 @@ import (
 	"testing"
 	"time"
 )
-
-// userKubeconfig mints a user's kubeconfig with muster-server kubeconfig
-// --user on the server's host (its data dir) and returns its path.
-func userKubeconfig(t *testing.T, s *server, name string, groups ...string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), name+".kubeconfig")
-	args := []string{"kubeconfig", "--data-dir", s.dataDir, "--user", name, "--output", path}
-	for _, g := range groups {
-		args = append(args, "--group", g)
-	}
-	out, err := exec.Command(serverBin, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("muster-server %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	// One sentence for the person, no log line (klog's start with a level letter and a date).
-	if want := "kubeconfig for user " + name + " in groups "; !strings.HasPrefix(string(out), want) || strings.Count(string(out), "\n") != 1 {
-		t.Errorf("muster-server %s printed %q, want one line starting %q", strings.Join(args, " "), out, want)
-	}
-	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("minted kubeconfig %s: %v, mode %v; want 0600", path, err, fi.Mode())
-	}
-	return path
-}
-
-func kubectlAs(kubeconfig string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
-	return string(out), err
-}
 
 // TestBuiltinRoles: certificates minted for a viewer, an operator and a
 // metrics reader each do what their role allows through the real kubectl,

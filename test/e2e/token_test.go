@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -78,20 +77,4 @@ func TestTokenCommands(t *testing.T) {
 	if strings.Contains(s.log.String(), secret) {
 		t.Errorf("the token secret appears in the server log")
 	}
-}
-
-// muster runs a muster-server subcommand against this server's data dir.
-func (s *server) muster(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := s.musterErr(args...)
-	if err != nil {
-		t.Fatalf("muster-server %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return out
-}
-
-func (s *server) musterErr(args ...string) (string, error) {
-	cmd := exec.Command(serverBin, append(args, "--data-dir", s.dataDir)...)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
 }

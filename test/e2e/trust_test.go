@@ -3,14 +3,10 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,80 +14,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 
 	"github.com/muster-io/muster/internal/pki"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
-	clientset "github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
-
-// joiner is an attacker's (or a test's) hand-made agent: its own clientID,
-// node password and key, registering with whatever credential it is given.
-type joiner struct {
-	node, clientID, password string
-	keyPEM                   []byte
-}
-
-func newJoiner(node string) *joiner {
-	return &joiner{node: node, clientID: "cid-" + randomHex(8), password: randomHex(16)}
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// register makes one registration request; mutate may change it first.
-func (j *joiner) register(ctx context.Context, c clientset.Interface, opts metav1.CreateOptions, mutate func(*api.ClusterRegistration)) (*api.ClusterRegistration, error) {
-	key, keyPEM, err := pki.NewPrivateKey()
-	if err != nil {
-		return nil, err
-	}
-	csr, err := pki.NewCSR(j.node, key)
-	if err != nil {
-		return nil, err
-	}
-	random := randomHex(8)
-	r := &api.ClusterRegistration{
-		ObjectMeta: metav1.ObjectMeta{Name: api.RegistrationName(j.clientID, random)},
-		Spec: api.ClusterRegistrationSpec{ClientID: j.clientID, ClientRandom: random, NodeName: j.node, CSR: csr,
-			NodePassword: j.password},
-	}
-	if mutate != nil {
-		mutate(r)
-	}
-	out, err := c.MusterV1alpha1().ClusterRegistrations().Create(ctx, r, opts)
-	if err == nil {
-		j.keyPEM = keyPEM
-	}
-	return out, err
-}
-
-// machineClient is the client of the machine a granted registration made.
-func (j *joiner) machineClient(s *server, granted *api.ClusterRegistration) clientset.Interface {
-	caPEM, _ := os.ReadFile(filepath.Join(s.dataDir, "tls", "ca.crt"))
-	return clientset.NewForConfigOrDie(&rest.Config{Host: s.url(), QPS: 1000, Burst: 1000, TLSClientConfig: rest.TLSClientConfig{
-		CAData: caPEM, CertData: granted.Status.Certificate, KeyData: j.keyPEM}})
-}
-
-// tokenClient is a bootstrap client holding join token tok.
-func tokenClient(s *server, tok string) clientset.Interface {
-	caPEM, _ := os.ReadFile(filepath.Join(s.dataDir, "tls", "ca.crt"))
-	return clientset.NewForConfigOrDie(&rest.Config{Host: s.url(), BearerToken: tok[strings.Index(tok, "::")+2:],
-		TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}})
-}
-
-func tokenID(tok string) string {
-	return tok[strings.Index(tok, "::")+2 : strings.LastIndex(tok, ".")]
-}
-
-// names lists the objects of the kinds a join writes, to check that a
-// refused or dry-run request changed nothing.
-func (s *server) joinState(t *testing.T) string {
-	t.Helper()
-	return s.mustKubectl("get", "clusters,machines,machineplans,nodepasswords,clusterregistrations", "-o", "name")
-}
 
 func wantRefusal(t *testing.T, err error, is func(error) bool, words ...string) {
 	t.Helper()

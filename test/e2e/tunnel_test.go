@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,77 +10,16 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"k8s.io/client-go/rest"
-
 	"github.com/muster-io/muster/internal/pgtest"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 var buildPlugin sync.Once
-
-// pluginDir is the directory holding kubectl-muster (bin/, beside the
-// agent `make build` made), built here if it is missing.
-func pluginDir(t testing.TB) string {
-	t.Helper()
-	dir := filepath.Dir(agentBin)
-	plugin := filepath.Join(dir, "kubectl-muster")
-	buildPlugin.Do(func() {
-		if _, err := os.Stat(plugin); err == nil {
-			return
-		}
-		if out, err := exec.Command("go", "build", "-o", plugin, "github.com/muster-io/muster/cmd/kubectl-muster").CombinedOutput(); err != nil {
-			t.Fatalf("building kubectl-muster: %v\n%s", err, out)
-		}
-	})
-	return dir
-}
-
-// kubectlMuster runs `kubectl muster args...` as a real kubectl plugin
-// (found on PATH) with kubeconfig, and returns stdout, stderr and the exit code.
-func kubectlMuster(t *testing.T, kubeconfig string, args ...string) (string, string, int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"muster"}, args...)...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "PATH="+pluginDir(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		t.Fatalf("kubectl muster %.200s: %v", strings.Join(args, " "), err)
-	}
-	return stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()
-}
-
-// adminRequest sends method path to s as the admin (its kubeconfig) and
-// returns the status and body.
-func adminRequest(t testing.TB, s *server, method, path string) (int, string) {
-	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, _ := http.NewRequest(method, s.url()+path, nil)
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return resp.StatusCode, string(b)
-}
 
 // startTunnelAgent joins an agent named name with flags and waits until
 // its tunnel is open.
