@@ -228,6 +228,9 @@ func New(cfg Config) (*Server, error) {
 	if err := serving.WithLoopback().ApplyTo(&rc.SecureServing, &rc.LoopbackClientConfig); err != nil {
 		return nil, fmt.Errorf("serving HTTPS on %s:%d: %w (is another process using the port? choose one with --https-port)", cfg.BindAddress, cfg.Port, err)
 	}
+	// A client that stops reading cannot hold a connection, and the
+	// requests on it, for ever (WriteProgressTimeout says why).
+	rc.SecureServing.Listener = withWriteProgress(rc.SecureServing.Listener, WriteProgressTimeout)
 
 	clientCA, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", cfg.ClientCAFile)
 	if err != nil {
