@@ -335,3 +335,41 @@ func TestDataDirTightened(t *testing.T) {
 		}
 	})
 }
+
+// TestInstallScriptWaitsOutBusyDownloads (issue 27, finding 2): install.sh
+// run while its own address holds as many downloads as the server allows
+// (here 16 slow clients that give up after 3s) is told 429 with
+// Retry-After for the binary, waits as told, tries again and installs,
+// where it used to fail at the first 429.
+func TestInstallScriptWaitsOutBusyDownloads(t *testing.T) {
+	s := startServer(t, "", "--agent-binary", agentBin)
+	token := newToken(t, s)
+	asset := fmt.Sprintf("/assets/muster-agent-%s-%s", runtime.GOOS, runtime.GOARCH)
+	// 127.0.0.1: the address install.sh's curl connects from.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	results, done := startSlowDownloads(t, ctx, s, asset, []string{"127.0.0.1"}, 16)
+	held := 0
+	for _, d := range results {
+		if d.code == http.StatusOK {
+			held++
+		}
+	}
+	if held == 0 {
+		t.Fatalf("no slow download was served: %+v", results[0])
+	}
+	r := newInstallRoot(t)
+	start := time.Now()
+	out, err := pipeInstall(t, s, s.url(), r, "agent", "--token", token, "--server", s.url(), "--node-name", "busy-1")
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("install.sh while %d slow downloads from its address were held: %v\n%s", held, err, out)
+	}
+	t.Logf("install.sh installed in %v while %d slow downloads from its address were held until 3s", took.Round(time.Millisecond), held)
+	// Installing takes well under a second when nothing is held: taking
+	// longer than the slow clients lasted shows it was refused and retried.
+	if took < 3*time.Second {
+		t.Errorf("install.sh took %v: it was never refused, so the test proved nothing", took)
+	}
+	<-done
+}
