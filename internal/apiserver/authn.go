@@ -19,8 +19,9 @@ import (
 // header), and anonymous requests only on the public paths,
 // so that an unauthenticated request anywhere else is a 401, not a 403.
 // Extra public paths (publicPrefixes: exact, or a prefix when they end in
-// "/") are anonymous too.
-func newAuthenticator(clientCA dynamiccertificates.CAContentProvider, tokens authenticator.Token, sessions authenticator.Request, publicPrefixes []string) authenticator.Request {
+// "/") are anonymous too, except the private paths under them: a request
+// for one without a credential is a 401.
+func newAuthenticator(clientCA dynamiccertificates.CAContentProvider, tokens authenticator.Token, sessions authenticator.Request, publicPrefixes, privatePaths []string) authenticator.Request {
 	authenticators := []authenticator.Request{
 		newCachedCertAuthenticator(clientCA.VerifyOptions,
 			x509request.NewDynamic(clientCA.VerifyOptions, x509request.CommonNameUserConversion)),
@@ -37,7 +38,7 @@ func newAuthenticator(clientCA dynamiccertificates.CAContentProvider, tokens aut
 	}
 	// A union fails over to the next authenticator on "not mine"; the
 	// anonymous one answers only for the listed paths.
-	extra := Authorizer{PublicPaths: publicPrefixes}
+	extra := Authorizer{PublicPaths: publicPrefixes, PrivatePaths: privatePaths}
 	anon := anonymous.NewAuthenticator(conditions)
 	return union.NewFailOnError(union.New(authenticators...), authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
 		if extra.isPublic(req.URL.Path) {

@@ -26,6 +26,9 @@ func isPublicPath(path string) bool {
 }
 
 func (a Authorizer) isPublic(path string) bool {
+	if slices.Contains(a.PrivatePaths, path) {
+		return false
+	}
 	for _, p := range a.PublicPaths {
 		if path == p || (strings.HasSuffix(p, "/") && strings.HasPrefix(path, p)) {
 			return true
@@ -45,6 +48,11 @@ type Authorizer struct {
 	// PublicPaths are more non-resource paths anyone may GET (the install
 	// script and the binaries it downloads); one ending in "/" is a prefix.
 	PublicPaths []string
+	// PrivatePaths are exact paths under a public prefix that are not
+	// public: a caller needs a credential and a role that allows them
+	// (the console's token minting, for administrators). Anonymous
+	// requests for them are refused here, before their handler.
+	PrivatePaths []string
 	// PublicWritePaths are exact paths anyone may also POST to and DELETE
 	// (the console's sign-in and sign-out; the handler judges the token).
 	PublicWritePaths []string

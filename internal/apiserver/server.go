@@ -90,6 +90,14 @@ type Config struct {
 	// /cacerts (the install script and its binaries); a path ending in "/"
 	// is a prefix.
 	PublicHandlers map[string]http.Handler
+	// PrivatePaths are exact paths under a PublicHandlers prefix that are
+	// not public: only callers whose role allows them reach their handler
+	// (the console's token minting: administrators).
+	PrivatePaths []string
+	// SelfPaced, if set, says which public requests bound their own
+	// duration and number (the binary downloads, internal/install): the
+	// chain's request timeout and in-flight limits leave them alone.
+	SelfPaced func(*http.Request) bool
 	// PublicWritePaths are public paths anyone may also POST and DELETE
 	// to (the console's sign-in: the handler checks the credential).
 	PublicWritePaths []string
@@ -176,7 +184,15 @@ func New(cfg Config) (*Server, error) {
 	// in-flight limits. Its tunnel's streams are bounded instead by
 	// tunnel.DefaultMaxStreams. (The tunnels themselves are served ahead
 	// of the chain: withTunnels.)
-	rc.LongRunningFunc = genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"), sets.NewString("exec", "portforward", "log"))
+	longRunning := genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"), sets.NewString("exec", "portforward", "log"))
+	rc.LongRunningFunc = longRunning
+	if cfg.SelfPaced != nil {
+		// A download of a binary on a slow link may outlast the request
+		// timeout; its handler bounds its duration and its number instead.
+		rc.LongRunningFunc = func(r *http.Request, ri *request.RequestInfo) bool {
+			return longRunning(r, ri) || cfg.SelfPaced(r)
+		}
+	}
 	observe := cfg.ObserveCaller
 	gate := &credentialGate{tokens: cfg.Tokens, agents: cfg.Agents, failures: newFailureLimiter(AuthFailureLimit, AuthFailureWindow), hold: credentialHold,
 		recheck: unknownTokenRecheck, rechecking: make(chan struct{}, maxRechecking)}
@@ -212,6 +228,9 @@ func New(cfg Config) (*Server, error) {
 	if err := serving.WithLoopback().ApplyTo(&rc.SecureServing, &rc.LoopbackClientConfig); err != nil {
 		return nil, fmt.Errorf("serving HTTPS on %s:%d: %w (is another process using the port? choose one with --https-port)", cfg.BindAddress, cfg.Port, err)
 	}
+	// A client that stops reading cannot hold a connection, and the
+	// requests on it, for ever (WriteProgressTimeout says why).
+	rc.SecureServing.Listener = withWriteProgress(rc.SecureServing.Listener, WriteProgressTimeout)
 
 	clientCA, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", cfg.ClientCAFile)
 	if err != nil {
@@ -224,7 +243,7 @@ func New(cfg Config) (*Server, error) {
 	for path := range cfg.PublicHandlers {
 		publicPaths = append(publicPaths, path)
 	}
-	rc.Authentication.Authenticator = newAuthenticator(clientCA, cfg.Tokens, cfg.Sessions, publicPaths)
+	rc.Authentication.Authenticator = newAuthenticator(clientCA, cfg.Tokens, cfg.Sessions, publicPaths, cfg.PrivatePaths)
 	peerPaths := make([]string, 0, len(cfg.PeerHandlers))
 	for path := range cfg.PeerHandlers {
 		peerPaths = append(peerPaths, path)
@@ -238,7 +257,7 @@ func New(cfg Config) (*Server, error) {
 		rc.Authentication.Authenticator = authn
 		rules = append(rules, delegate(authz))
 	}
-	rc.Authorization.Authorizer = authorizer.AuthorizerFunc(Authorizer{Rules: rules, PeerPaths: peerPaths, PublicPaths: publicPaths, PublicWritePaths: cfg.PublicWritePaths}.Authorize)
+	rc.Authorization.Authorizer = authorizer.AuthorizerFunc(Authorizer{Rules: rules, PeerPaths: peerPaths, PublicPaths: publicPaths, PrivatePaths: cfg.PrivatePaths, PublicWritePaths: cfg.PublicWritePaths}.Authorize)
 	// The loopback client (controllers inside this process) authenticates as a
 	// privileged user with a random token that never leaves the process.
 	genericapiserver.AuthorizeClientBearerToken(rc.LoopbackClientConfig, &rc.Authentication, &rc.Authorization)

@@ -32,6 +32,13 @@ const (
 	TokensPath = "/console/tokens"
 )
 
+// PrivatePaths are the console's paths that need a user: the API's
+// authenticator and authorizer refuse them to anonymous callers before
+// this handler is reached (everything else under Prefix is the sign-in
+// page, its assets and the sign-in itself). A console path that acts for
+// a user belongs here.
+var PrivatePaths = []string{TokensPath}
+
 // CSP allows nothing but this server's own files: no inline script or
 // style, no other origin, no framing.
 const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"

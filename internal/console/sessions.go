@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -171,11 +170,7 @@ func (s *Sessions) Delete(ctx context.Context, cookie string) error {
 // allowed spends one of the client address's tokens for kind; zero means
 // go on, otherwise how long the client should wait.
 func (s *Sessions) allowed(r *http.Request, kind string, every rate.Limit, burst int) time.Duration {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	return s.limits.Take(kind+":"+host, every, burst)
+	return s.limits.Take(kind+":"+ratelimit.Address(r), every, burst)
 }
 
 // allowSignIn bounds sign-in attempts per client address and in all, so

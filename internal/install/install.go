@@ -14,11 +14,16 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/klog/v2"
+
+	"github.com/muster-io/muster/internal/ratelimit"
 )
 
 // Script is install.sh, served as is.
@@ -32,9 +37,42 @@ const (
 	AssetsPrefix = "/assets/"
 )
 
-// maxDownloads bounds the binaries sent at once: anyone may ask for one,
-// and each is tens of megabytes. More get 429 and retry.
-const maxDownloads = 16
+// Limits on the binaries sent at once. Anyone may ask for one, and each
+// is tens of megabytes that a client may read as slowly as it likes; so
+// a download holds a slot of its client's own, and a client that holds
+// its slots only blocks itself. Clients without credentials (install.sh
+// on a new machine) are counted by address, authenticated ones (an agent
+// upgrading, with its machine certificate) by identity, in pools of their
+// own: no number of anonymous clients can block an agent's upgrade. Past
+// a limit the answer is 429 with Retry-After; install.sh (curl --retry)
+// and agents retry. The small answers (/install.sh, .sha256, /cacerts)
+// take no slot and never wait behind a download.
+const (
+	// AnonymousPerAddress and AnonymousTotal bound the downloads of
+	// clients without credentials: per client address, and in all.
+	AnonymousPerAddress, AnonymousTotal = 4, 64
+	// AuthenticatedPerUser and AuthenticatedTotal bound the downloads of
+	// authenticated clients: per identity, and in all.
+	AuthenticatedPerUser, AuthenticatedTotal = 2, 64
+	// retryAfter is what a refused download is told to wait, in seconds:
+	// a download on a LAN takes about that long.
+	retryAfter = 5
+)
+
+// A download must keep moving, or it is cut off and its slot freed:
+// every chunk of DownloadChunk bytes must be taken by the client within
+// DownloadStall (at least 3.2 KiB/s, chunk by chunk), and the whole at an
+// average of at least MinDownloadRate after DownloadGrace. A client
+// reading at 2 KiB/s is cut off DownloadStall after its socket's buffers
+// fill; a 16 MiB agent binary may take at most DownloadGrace + 16 MiB /
+// MinDownloadRate = 9 min. A client cut off may resume with a Range
+// request (http.ServeContent serves ranges).
+const (
+	MinDownloadRate = 32 << 10 // bytes per second: 256 kbit/s
+	DownloadGrace   = 30 * time.Second
+	DownloadStall   = 10 * time.Second
+	DownloadChunk   = 32 << 10
+)
 
 // Config names the binaries served. Empty paths default to the files beside
 // the server's own executable.
@@ -102,12 +140,17 @@ type Handlers struct {
 	assets map[string]string // asset name → file
 	// versionsDir is --agent-binaries-dir.
 	versionsDir string
-	slots       chan struct{}
-	mu          sync.Mutex
-	sums        map[string]sum
+	// anonymous and authenticated hold the downloads in progress.
+	anonymous, authenticated *ratelimit.Slots
+	pace                     pace
+	mu                       sync.Mutex
+	sums                     map[string]*sum
 }
 
+// sum is the SHA-256 of one asset; its own lock makes concurrent first
+// requests hash the file once, while the others wait for the result.
 type sum struct {
+	mu      sync.Mutex
 	size    int64
 	modTime time.Time
 	hex     string
@@ -126,9 +169,11 @@ func New(cfg Config) *Handlers {
 	cfg.AgentBinary = AgentBinary(cfg.AgentBinary)
 	platform := runtime.GOOS + "-" + runtime.GOARCH
 	h := &Handlers{
-		assets: map[string]string{"muster-agent-" + platform: cfg.AgentBinary, "muster-server-" + platform: cfg.ServerBinary},
-		slots:  make(chan struct{}, maxDownloads),
-		sums:   map[string]sum{},
+		assets:        map[string]string{"muster-agent-" + platform: cfg.AgentBinary, "muster-server-" + platform: cfg.ServerBinary},
+		anonymous:     ratelimit.NewSlots(AnonymousPerAddress, AnonymousTotal),
+		authenticated: ratelimit.NewSlots(AuthenticatedPerUser, AuthenticatedTotal),
+		pace:          pace{minRate: MinDownloadRate, grace: DownloadGrace, stall: DownloadStall},
+		sums:          map[string]*sum{},
 	}
 	if cfg.AgentBinariesDir != "" {
 		h.versionsDir = cfg.AgentBinariesDir
@@ -198,14 +243,6 @@ func (h *Handlers) asset(w http.ResponseWriter, r *http.Request) {
 		}
 		key = name
 	}
-	select {
-	case h.slots <- struct{}{}:
-		defer func() { <-h.slots }()
-	default:
-		w.Header().Set("Retry-After", "5")
-		http.Error(w, fmt.Sprintf("%d downloads are in progress; retry in a few seconds", maxDownloads), http.StatusTooManyRequests)
-		return
-	}
 	f, err := os.Open(path)
 	if err != nil {
 		klog.InfoS("Asset asked for is missing", "asset", name, "path", path)
@@ -231,26 +268,147 @@ func (h *Handlers) asset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	http.ServeContent(w, r, name, fi.ModTime(), f)
+	if r.Method == http.MethodHead {
+		http.ServeContent(w, r, name, fi.ModTime(), f)
+		return
+	}
+	release, refusal := h.take(r)
+	if release == nil {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+		http.Error(w, refusal, http.StatusTooManyRequests)
+		return
+	}
+	defer release()
+	h.pace.serve(w, r, name, fi.ModTime(), f)
 }
+
+// take takes a download slot for r's client: by identity when it is
+// authenticated, else by address. With none free, release is nil and
+// refusal says why and what to do.
+func (h *Handlers) take(r *http.Request) (release func(), refusal string) {
+	if u, ok := request.UserFrom(r.Context()); ok && u.GetName() != user.Anonymous && u.GetName() != "" {
+		release, why := h.authenticated.Take(u.GetName())
+		switch why {
+		case ratelimit.KeyFull:
+			return nil, fmt.Sprintf("%s already has %d downloads from this server in progress (at most %d at once): finish one, then retry in %ds", u.GetName(), AuthenticatedPerUser, AuthenticatedPerUser, retryAfter)
+		case ratelimit.AllFull:
+			return nil, fmt.Sprintf("this server is sending %d binaries to authenticated clients, its most at once: retry in %ds (agents retry by themselves)", AuthenticatedTotal, retryAfter)
+		}
+		return release, ""
+	}
+	addr := ratelimit.Address(r)
+	release, why := h.anonymous.Take(addr)
+	switch why {
+	case ratelimit.KeyFull:
+		return nil, fmt.Sprintf("%s already has %d downloads from this server in progress (at most %d per address): finish or cancel one, then retry in %ds (install.sh retries by itself)", addr, AnonymousPerAddress, AnonymousPerAddress, retryAfter)
+	case ratelimit.AllFull:
+		return nil, fmt.Sprintf("this server is sending %d binaries to clients without credentials, its most at once: retry in %ds (install.sh retries by itself)", AnonymousTotal, retryAfter)
+	}
+	return release, ""
+}
+
+// pace is the minimum pace of a download.
+type pace struct {
+	minRate      float64 // bytes per second, on average after grace
+	grace, stall time.Duration
+}
+
+// serve serves content as http.ServeContent does (ranges included), with
+// a write deadline per chunk: a client that does not keep up with p is
+// cut off, so that it cannot hold its slot and the server's goroutine
+// and file for as long as it likes.
+func (p pace) serve(w http.ResponseWriter, r *http.Request, name string, modTime time.Time, content io.ReadSeeker) {
+	rc := http.NewResponseController(w)
+	start := time.Now()
+	if err := rc.SetWriteDeadline(start.Add(p.grace)); err != nil {
+		// Unpaced, a slow client could hold its slot as long as it likes.
+		klog.ErrorS(err, "Cannot pace a download: the server's response writer sets no write deadline", "path", r.URL.Path)
+		http.Error(w, "this server cannot bound the download's duration, so it does not start it; the server's log says why", http.StatusInternalServerError)
+		return
+	}
+	pw := &pacedWriter{ResponseWriter: w, rc: rc, pace: p, start: start}
+	http.ServeContent(pw, r, name, modTime, content)
+	if pw.err != nil {
+		klog.V(4).InfoS("Download cut off: the client did not keep up", "path", r.URL.Path, "remote", r.RemoteAddr, "sent", pw.written, "after", time.Since(pw.start).Round(time.Millisecond), "err", pw.err)
+		return
+	}
+	// What is still buffered goes out under the same rule, then the
+	// connection is free of deadlines for its next request.
+	_ = rc.SetWriteDeadline(time.Now().Add(p.stall))
+	_ = rc.Flush()
+	_ = rc.SetWriteDeadline(time.Time{})
+}
+
+// IsDownload reports whether r asks for a binary (not its .sha256): a
+// request that paces itself (MinDownloadRate, DownloadStall) and may last
+// longer than the API's request timeout on a slow link.
+func IsDownload(r *http.Request) bool {
+	return r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, AssetsPrefix) && !strings.HasSuffix(r.URL.Path, ".sha256")
+}
+
+// pacedWriter writes in chunks, each with its deadline.
+type pacedWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	pace    pace
+	start   time.Time
+	written int64
+	err     error
+}
+
+func (p *pacedWriter) Write(b []byte) (int, error) {
+	n := 0
+	for len(b) > 0 {
+		c := b[:min(len(b), DownloadChunk)]
+		// Due when the average since the start would fall under minRate
+		// (after the grace), and at most stall from now.
+		now := time.Now()
+		due := p.start.Add(p.pace.grace + time.Duration(float64(p.written+int64(len(c)))/p.pace.minRate*float64(time.Second)))
+		if stall := now.Add(p.pace.stall); stall.Before(due) {
+			due = stall
+		}
+		if err := p.rc.SetWriteDeadline(due); err != nil {
+			p.err = fmt.Errorf("setting the download's write deadline: %w", err)
+			return n, p.err
+		}
+		m, err := p.ResponseWriter.Write(c)
+		n += m
+		p.written += int64(m)
+		if err != nil {
+			p.err = err
+			return n, err
+		}
+		b = b[len(c):]
+	}
+	return n, nil
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (p *pacedWriter) Unwrap() http.ResponseWriter { return p.ResponseWriter }
 
 // sha256 hashes a binary once per version of the file (size and mtime), so
 // that a replaced binary is never published with its predecessor's sum.
+// Concurrent requests for a sum not yet known hash the file once: the
+// others wait for it, so that a burst of .sha256 requests reads the
+// binary once, not once each.
 func (h *Handlers) sha256(name string, f *os.File, fi os.FileInfo) (string, error) {
 	h.mu.Lock()
 	s, ok := h.sums[name]
+	if !ok {
+		s = &sum{}
+		h.sums[name] = s
+	}
 	h.mu.Unlock()
-	if ok && s.size == fi.Size() && s.modTime.Equal(fi.ModTime()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hex != "" && s.size == fi.Size() && s.modTime.Equal(fi.ModTime()) {
 		return s.hex, nil
 	}
 	d := sha256.New()
 	if _, err := io.Copy(d, f); err != nil {
 		return "", err
 	}
-	s = sum{size: fi.Size(), modTime: fi.ModTime(), hex: hex.EncodeToString(d.Sum(nil))}
-	h.mu.Lock()
-	h.sums[name] = s
-	h.mu.Unlock()
+	s.size, s.modTime, s.hex = fi.Size(), fi.ModTime(), hex.EncodeToString(d.Sum(nil))
 	return s.hex, nil
 }
 

@@ -109,10 +109,18 @@ sha256() {
 
 # download URL DEST [CAFILE]: without CAFILE the server is not verified, which
 # only /cacerts may be, since its hash is checked against the token next.
+# A server sending its most binaries at once answers 429 with Retry-After:
+# curl waits as told and tries again (--retry counts 429 and 5xx as
+# transient; without --retry-delay it honours Retry-After), for up to 5 min.
 download() {
 	if command -v curl >/dev/null 2>&1; then
-		if [ -n "${3:-}" ]; then curl -fsSL --cacert "$3" -o "$2" "$1"; else curl -fsSLk -o "$2" "$1"; fi
+		if [ -n "${3:-}" ]; then
+			curl -fsSL --retry 10 --retry-max-time 300 --cacert "$3" -o "$2" "$1"
+		else
+			curl -fsSLk --retry 10 --retry-max-time 300 -o "$2" "$1"
+		fi
 	elif command -v wget >/dev/null 2>&1; then
+		# wget (busybox's too) does not retry a 429: curl is the one to have.
 		if [ -n "${3:-}" ]; then wget -qO "$2" --ca-certificate="$3" "$1"; else wget -qO "$2" --no-check-certificate "$1"; fi
 	else
 		fatal "neither curl nor wget found"

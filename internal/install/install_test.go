@@ -3,6 +3,7 @@ package install
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,10 +22,18 @@ func TestVersionedAgentAssets(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := New(Config{AgentBinary: filepath.Join(dir, "none"), AgentBinariesDir: dir})
+	// A real server: downloads are paced with write deadlines, which a
+	// recorder cannot set.
+	srv := httptest.NewServer(http.HandlerFunc(h.asset))
+	defer srv.Close()
 	get := func(path string) (int, string) {
-		rec := httptest.NewRecorder()
-		h.asset(rec, httptest.NewRequest(http.MethodGet, path, nil))
-		return rec.Code, rec.Body.String()
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
 	}
 	sumOf := func(b string) string { s := sha256.Sum256([]byte(b)); return hex.EncodeToString(s[:]) }
 

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"k8s.io/klog/v2"
 )
 
 // lockDataDir takes an exclusive lock on the data dir before anything in it
@@ -17,6 +19,9 @@ import (
 func lockDataDir(dir string) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("cannot create data dir %s: %w; choose a writable --data-dir", dir, err)
+	}
+	if err := tightenDataDir(dir); err != nil {
+		return nil, err
 	}
 	path := filepath.Join(dir, ".lock")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
@@ -33,6 +38,47 @@ func lockDataDir(dir string) (*os.File, error) {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return f, nil
+}
+
+// tightenDataDir makes a data dir that others may read or enter (made by
+// hand, by a packager, or by an older Muster with the umask's 0755) 0700,
+// as k3s does with its own: it holds the CA's key, the admin kubeconfig
+// and the database. It does so only to a dir that is Muster's: empty, or
+// holding Muster's own lock or TLS dir. A wide dir that holds other
+// files (--data-dir pointed at /var/lib, say) is refused instead:
+// tightening it would break whatever else lives there.
+func tightenDataDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("data dir %s: %w; choose a writable --data-dir", dir, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("data dir %s is not a directory: move it away or choose another --data-dir", dir)
+	}
+	mode := fi.Mode().Perm()
+	if mode&0o077 == 0 {
+		return nil
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("reading data dir %s: %w; choose a readable --data-dir", dir, err)
+	}
+	// Empty, or marked by an earlier start: the lock file, the TLS dir.
+	ours := len(entries) == 0
+	for _, e := range entries {
+		if e.Name() == ".lock" || (e.Name() == "tls" && e.IsDir()) {
+			ours = true
+		}
+	}
+	if !ours {
+		return fmt.Errorf("data dir %s has mode %04o and holds files that are not muster-server's: a data dir holds the CA's private key and must be 0700 and muster-server's own; "+
+			"give it a dir of its own (e.g. --data-dir %s) or, if this dir is only muster-server's, run chmod 0700 %s", dir, mode, filepath.Join(dir, "muster"), dir)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("data dir %s has mode %04o and could not be made 0700: %w; run chmod 0700 %s as its owner", dir, mode, err, dir)
+	}
+	klog.InfoS("Tightened the data dir to mode 0700: it holds the CA's key and the admin kubeconfig, which no other user may read", "dir", dir, "was", fmt.Sprintf("%04o", mode))
+	return nil
 }
 
 // LockDataDir is lockDataDir for the offline datastore commands (migrate,
