@@ -10,6 +10,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/request/union"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 )
 
@@ -46,4 +47,14 @@ func newAuthenticator(clientCA dynamiccertificates.CAContentProvider, tokens aut
 		}
 		return anon.AuthenticateRequest(req)
 	}))
+}
+
+// CallerName names the authenticated caller of a request the chain has
+// seen, "" for an anonymous one (or a request outside the chain).
+func CallerName(r *http.Request) string {
+	u, ok := request.UserFrom(r.Context())
+	if !ok || u.GetName() == user.Anonymous {
+		return ""
+	}
+	return u.GetName()
 }

@@ -19,8 +19,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/ratelimit"
@@ -88,6 +86,11 @@ type Config struct {
 	// served at /assets/agent/<version>/muster-agent-<os>-<arch>, for plans
 	// that upgrade agents (spec.agentUpgrade). Empty: none.
 	AgentBinariesDir string
+	// Caller names the authenticated caller of a request, "" for an
+	// anonymous one: downloads are limited per identity when there is one,
+	// else per address. The server's API chain knows (apiserver.CallerName);
+	// this package does not import it, since the agent links this one.
+	Caller func(*http.Request) string
 }
 
 // VersionedPrefix is where agent binaries are served by version:
@@ -143,6 +146,7 @@ type Handlers struct {
 	// anonymous and authenticated hold the downloads in progress.
 	anonymous, authenticated *ratelimit.Slots
 	pace                     pace
+	caller                   func(*http.Request) string
 	mu                       sync.Mutex
 	sums                     map[string]*sum
 }
@@ -174,6 +178,10 @@ func New(cfg Config) *Handlers {
 		authenticated: ratelimit.NewSlots(AuthenticatedPerUser, AuthenticatedTotal),
 		pace:          pace{minRate: MinDownloadRate, grace: DownloadGrace, stall: DownloadStall},
 		sums:          map[string]*sum{},
+		caller:        cfg.Caller,
+	}
+	if h.caller == nil {
+		h.caller = func(*http.Request) string { return "" }
 	}
 	if cfg.AgentBinariesDir != "" {
 		h.versionsDir = cfg.AgentBinariesDir
@@ -286,11 +294,11 @@ func (h *Handlers) asset(w http.ResponseWriter, r *http.Request) {
 // authenticated, else by address. With none free, release is nil and
 // refusal says why and what to do.
 func (h *Handlers) take(r *http.Request) (release func(), refusal string) {
-	if u, ok := request.UserFrom(r.Context()); ok && u.GetName() != user.Anonymous && u.GetName() != "" {
-		release, why := h.authenticated.Take(u.GetName())
+	if name := h.caller(r); name != "" {
+		release, why := h.authenticated.Take(name)
 		switch why {
 		case ratelimit.KeyFull:
-			return nil, fmt.Sprintf("%s already has %d downloads from this server in progress (at most %d at once): finish one, then retry in %ds", u.GetName(), AuthenticatedPerUser, AuthenticatedPerUser, retryAfter)
+			return nil, fmt.Sprintf("%s already has %d downloads from this server in progress (at most %d at once): finish one, then retry in %ds", name, AuthenticatedPerUser, AuthenticatedPerUser, retryAfter)
 		case ratelimit.AllFull:
 			return nil, fmt.Sprintf("this server is sending %d binaries to authenticated clients, its most at once: retry in %ds (agents retry by themselves)", AuthenticatedTotal, retryAfter)
 		}

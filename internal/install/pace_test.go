@@ -18,9 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/endpoints/request"
-
 	"github.com/muster-io/muster/internal/ratelimit"
 )
 
@@ -49,14 +46,11 @@ func (l smallBufferListener) Accept() (net.Conn, error) {
 
 // assetServer serves h over real HTTP (write deadlines need a real
 // connection) with small socket buffers. A request with the header
-// X-Test-User is made by that user, as the API's authentication would
-// say; any other is anonymous.
+// X-Test-User is made by that user (testCaller), as the API's
+// authentication would say; any other is anonymous.
 func assetServer(t *testing.T, h *Handlers) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if name := r.Header.Get("X-Test-User"); name != "" {
-			r = r.WithContext(request.WithUser(r.Context(), &user.DefaultInfo{Name: name}))
-		}
 		if r.URL.Path == ScriptPath {
 			h.script(w, r)
 			return
@@ -86,7 +80,7 @@ func agentFile(t *testing.T, size int) (*Handlers, []byte, string) {
 	if err := os.WriteFile(path, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return New(Config{AgentBinary: path, ServerBinary: path}), b, AssetsPrefix + "muster-agent-" + runtime.GOOS + "-" + runtime.GOARCH
+	return New(Config{AgentBinary: path, ServerBinary: path, Caller: testCaller}), b, AssetsPrefix + "muster-agent-" + runtime.GOOS + "-" + runtime.GOARCH
 }
 
 // TestDownloadPaced: a client that reads a download at 2 KiB/s is cut
@@ -234,3 +228,6 @@ func TestDownloadSlots(t *testing.T) {
 	}
 	wantRefused(hold("127.0.0.4", "X-Test-User", "machine:web-1"), "machine:web-1 already has")
 }
+
+// testCaller stands in for the API chain's apiserver.CallerName.
+func testCaller(r *http.Request) string { return r.Header.Get("X-Test-User") }

@@ -275,7 +275,7 @@ func run(ctx context.Context, cfg Config) error {
 	}
 	defer consoleClient.Close()
 	webConsole := console.OnDatastore(consoleClient)
-	public := install.New(install.Config{AgentBinary: cfg.AgentBinary, AgentBinariesDir: cfg.AgentBinariesDir}).Paths()
+	public := install.New(install.Config{AgentBinary: cfg.AgentBinary, AgentBinariesDir: cfg.AgentBinariesDir, Caller: apiserver.CallerName}).Paths()
 	public[console.Prefix] = webConsole
 
 	joins := join.New(join.Config{CA: state.CA, Validity: cfg.AgentCertificateValidity, TokenJoinRate: cfg.JoinRate, TokenJoinBurst: cfg.JoinBurst})
