@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	clientset "github.com/muster-io/muster/pkg/client/clientset/versioned"
@@ -34,6 +35,7 @@ const (
 	credManual    = "manual-approval token"
 	credAgent     = "agent certificate"
 	credOther     = "another agent's certificate"
+	credOperator  = "operator"
 )
 
 // matrixRow is one hostile or malformed request: who sends it, what it is,
@@ -84,6 +86,36 @@ func TestBadInputMatrix(t *testing.T) {
 	}
 	unauthorized, forbidden, invalid := []int32{401}, []int32{403}, []int32{422}
 	tooBig := []int32{413, 422}
+
+	// An operator: what runs the fleet must not reach the server's host
+	// nor what only the server decides (docs/security.md, "The operator's
+	// boundary"). This server has no --enable-process-driver.
+	opCfg, err := clientcmd.BuildConfigFromFlags("", userKubeconfig(t, s, "matrix-operator", "muster:operators"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := clientset.NewForConfigOrDie(opCfg).MusterV1alpha1()
+	pool := func(driver string, config map[string]string) *api.MachinePool {
+		return &api.MachinePool{ObjectMeta: metav1.ObjectMeta{Name: "matrix-pool"}, Spec: api.MachinePoolSpec{
+			Cluster: "default", Replicas: 1, Template: api.MachineTemplate{Driver: driver, DriverConfig: config}}}
+	}
+	add(credOperator, "create a pool on the process driver, not enabled", invalid, []string{"not enabled on this server", "--enable-process-driver"}, func(ctx context.Context) error {
+		_, err := op.MachinePools().Create(ctx, pool("process", nil), metav1.CreateOptions{})
+		return err
+	})
+	add(credOperator, "create an ssh pool whose binDir the driver refuses", invalid, []string{"driverConfig[binDir]", "refuses it"}, func(ctx context.Context) error {
+		_, err := op.MachinePools().Create(ctx, pool("ssh", map[string]string{"host": "127.0.0.1", "hostKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl", "binDir": "/tmp/x;id"}), metav1.CreateOptions{})
+		return err
+	})
+	add(credOperator, "write a machine's driver state", invalid, []string{"machine-pool controller alone"}, func(ctx context.Context) error {
+		_, err := op.Machines().Patch(ctx, "matrix-a", types.MergePatchType, []byte(`{"metadata":{"annotations":{"muster.io/driver-state":"{\"host\":\"10.0.0.9\"}"}}}`), metav1.PatchOptions{})
+		return err
+	})
+	add(credOperator, "write a plan with a redacted secret back", invalid, []string{"write the real value"}, func(ctx context.Context) error {
+		_, err := op.MachinePlans().Create(ctx, &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: "matrix-b"}, Spec: api.MachinePlanSpec{
+			Files: []api.PlanFile{{Path: "/tmp/matrix-b.env", Content: "<redacted>"}}}}, metav1.CreateOptions{})
+		return err
+	})
 
 	// Anonymous: nothing but the join's public endpoints.
 	for _, r := range anonymousRows(anon) {
@@ -471,6 +503,10 @@ func anonymousRows(c clientset.Interface) []matrixRow {
 		}},
 		{what: "write a machine's status", call: agentPatchOf(m, "matrix-a", false, `{"status":{"agentVersion":"evil"}}`)},
 		{what: "send a heartbeat", words: []string{"needs the machine certificate"}, call: func(ctx context.Context) error { return heartbeat(ctx, c) }},
+		// Refused by the chain, not only by the console's handler.
+		{what: "mint a console token", call: func(ctx context.Context) error {
+			return c.Discovery().RESTClient().Get().AbsPath("/console/tokens").Do(ctx).Error()
+		}},
 	}
 }
 
