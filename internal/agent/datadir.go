@@ -10,8 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/muster-io/muster/internal/atomicfile"
+
 	"github.com/muster-io/muster/internal/nodepassword"
-	"github.com/muster-io/muster/internal/pki"
 )
 
 // Files in the agent's data dir. Everything secret is 0600 in a 0700 dir.
@@ -37,7 +38,7 @@ func (d dataDir) read(name string) (string, error) {
 }
 
 func (d dataDir) write(name string, data []byte) error {
-	return pki.WriteFileAtomic(d.path(name), data, 0o600)
+	return atomicfile.Write(d.path(name), data, 0o600)
 }
 
 // readOrCreate returns the value kept in name, generating it on first use:

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/muster-io/muster/internal/atomicfile"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -443,30 +445,7 @@ func applyFile(f api.PlanFile) error {
 	if err := os.MkdirAll(filepath.Dir(f.Path), 0o755); err != nil {
 		return fmt.Errorf("creating the directory of %s: %w", f.Path, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(f.Path), "."+filepath.Base(f.Path)+".muster-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", f.Path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.WriteString(f.Content); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", f.Path, err)
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return fmt.Errorf("setting the mode of %s: %w", f.Path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", f.Path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", f.Path, err)
-	}
-	if err := os.Rename(tmp.Name(), f.Path); err != nil {
-		return fmt.Errorf("writing %s: %w", f.Path, err)
-	}
-	return nil
+	return atomicfile.Write(f.Path, []byte(f.Content), mode)
 }
 
 // fileMode turns a Unix mode (0o4755) into Go's: Go keeps setuid, setgid

@@ -35,6 +35,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/muster-io/muster/internal/atomicfile"
+
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/klog/v2"
@@ -363,10 +365,10 @@ func ensureCA(files Files) (*pki.CA, bool, error) {
 		}
 		// Key first: a crash between the two writes leaves a key without
 		// a certificate, which the next start reports instead of guessing.
-		if err := pki.WriteFileAtomic(files.CAKey, keyPEM, secretMode); err != nil {
+		if err := atomicfile.Write(files.CAKey, keyPEM, secretMode); err != nil {
 			return nil, false, err
 		}
-		if err := pki.WriteFileAtomic(files.CACert, ca.CertPEM, certMode); err != nil {
+		if err := atomicfile.Write(files.CACert, ca.CertPEM, certMode); err != nil {
 			return nil, false, err
 		}
 		klog.InfoS("Generated a new CA", "subject", ca.Cert.Subject.CommonName, "cert", files.CACert, "hash", pki.Hash(ca.CertPEM))
@@ -405,7 +407,7 @@ func ensureToken(files Files, given string) (string, error) {
 			return "", fmt.Errorf("--token differs from the server token this data dir already has in %s: pass that token, or remove the file if the data dir should join the deployment the --token belongs to", files.Token)
 		}
 		if b == nil {
-			if err := pki.WriteFileAtomic(files.Token, []byte(given+"\n"), secretMode); err != nil {
+			if err := atomicfile.Write(files.Token, []byte(given+"\n"), secretMode); err != nil {
 				return "", err
 			}
 			klog.InfoS("Stored the server token given with --token", "file", files.Token)
@@ -428,7 +430,7 @@ func ensureToken(files Files, given string) (string, error) {
 		return "", fmt.Errorf("generating the server token: %w", err)
 	}
 	token := hex.EncodeToString(raw)
-	if err := pki.WriteFileAtomic(files.Token, []byte(token+"\n"), secretMode); err != nil {
+	if err := atomicfile.Write(files.Token, []byte(token+"\n"), secretMode); err != nil {
 		return "", err
 	}
 	klog.InfoS("Generated the server token", "file", files.Token)
@@ -610,7 +612,7 @@ func ensureKubeconfig(state *State) error {
 			reason = fmt.Sprintf("its server URL changed from %q", from)
 		}
 	}
-	if err := pki.WriteFileAtomic(path, want, secretMode); err != nil {
+	if err := atomicfile.Write(path, want, secretMode); err != nil {
 		return err
 	}
 	klog.InfoS("Wrote the admin kubeconfig", "reason", reason, "file", path, "server", state.ServerURL)
@@ -656,10 +658,10 @@ func loadLeaf(certPath, keyPath string, ca *pki.CA, usage x509.ExtKeyUsage) (*x5
 // writePair writes a key and its certificate. The key goes first; a crash in
 // between leaves a mismatched pair, which the next start re-issues.
 func writePair(certPath string, certPEM []byte, keyPath string, keyPEM []byte) error {
-	if err := pki.WriteFileAtomic(keyPath, keyPEM, secretMode); err != nil {
+	if err := atomicfile.Write(keyPath, keyPEM, secretMode); err != nil {
 		return err
 	}
-	return pki.WriteFileAtomic(certPath, certPEM, certMode)
+	return atomicfile.Write(certPath, certPEM, certMode)
 }
 
 // readOptional reads path; a missing file is (nil, nil).

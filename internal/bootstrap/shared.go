@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/muster-io/muster/internal/atomicfile"
+
 	"github.com/muster-io/muster/internal/pki"
 )
 
@@ -136,10 +138,10 @@ func InstallCA(dataDir string, ca *SharedCA, replace bool) error {
 	if err := prepareDirs(files); err != nil {
 		return err
 	}
-	if err := pki.WriteFileAtomic(files.CAKey, ca.KeyPEM, secretMode); err != nil {
+	if err := atomicfile.Write(files.CAKey, ca.KeyPEM, secretMode); err != nil {
 		return err
 	}
-	return pki.WriteFileAtomic(files.CACert, ca.CertPEM, certMode)
+	return atomicfile.Write(files.CACert, ca.CertPEM, certMode)
 }
 
 // ReadToken returns the server token kept in the data dir, "" if there is none.
@@ -190,7 +192,7 @@ func WriteToken(dataDir, token string) error {
 	if err != nil {
 		return err
 	}
-	return pki.WriteFileAtomic(files.Token, []byte(token+"\n"), secretMode)
+	return atomicfile.Write(files.Token, []byte(token+"\n"), secretMode)
 }
 
 func validToken(token string) error {

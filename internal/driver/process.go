@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/muster-io/muster/internal/pki"
+	"github.com/muster-io/muster/internal/atomicfile"
 )
 
 // Process is the built-in "process" driver: each machine is a real
@@ -96,7 +96,7 @@ func (p Process) Create(_ context.Context, req CreateRequest) (State, error) {
 	}
 	pid := cmd.Process.Pid
 	go func() { _ = cmd.Wait() }() // reap it when it exits
-	if err := pki.WriteFileAtomic(filepath.Join(dir, "pid"), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, "pid"), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		return nil, err
 	}

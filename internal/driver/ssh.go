@@ -18,10 +18,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/muster-io/muster/internal/atomicfile"
+
 	"golang.org/x/crypto/ssh"
 	"k8s.io/klog/v2"
-
-	"github.com/muster-io/muster/internal/pki"
 )
 
 // SSH is the built-in "ssh" driver: each machine is an existing host the
@@ -209,7 +209,7 @@ func (d *SSH) key() (ssh.Signer, string, error) {
 		// A pair made with ssh-keygen has its .pub; a lone private key
 		// gets one, since the operator copies the public key from there.
 		if _, err := os.Stat(path + ".pub"); errors.Is(err, os.ErrNotExist) {
-			if err := pki.WriteFileAtomic(path+".pub", []byte(d.pub+"\n"), 0o644); err != nil {
+			if err := atomicfile.Write(path+".pub", []byte(d.pub+"\n"), 0o644); err != nil {
 				return nil, "", err
 			}
 		}
@@ -256,10 +256,10 @@ func makeSSHKey(dir string) (ssh.Signer, string, error) {
 	}
 	line := authorizedLine(sshPub)
 	path := filepath.Join(dir, sshKeyFile)
-	if err := pki.WriteFileAtomic(path, pem.EncodeToMemory(block), 0o600); err != nil {
+	if err := atomicfile.Write(path, pem.EncodeToMemory(block), 0o600); err != nil {
 		return nil, "", err
 	}
-	if err := pki.WriteFileAtomic(path+".pub", []byte(line+"\n"), 0o644); err != nil {
+	if err := atomicfile.Write(path+".pub", []byte(line+"\n"), 0o644); err != nil {
 		return nil, "", err
 	}
 	return signer, line, nil

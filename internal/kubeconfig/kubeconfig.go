@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/muster-io/muster/internal/atomicfile"
+
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -108,27 +110,8 @@ func (l Lookup) Flatten() ([]byte, error) {
 // behind when the command fails, this does not. It is written 0600, as it
 // holds a private key.
 func WriteFile(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w; choose a writable --output", path, err)
-	}
-	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Chmod(0o600)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
+	if err := atomicfile.Write(path, data, 0o600); err != nil {
+		return fmt.Errorf("%w; choose a writable --output", err)
 	}
 	return nil
 }

@@ -24,11 +24,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/muster-io/muster/internal/atomicfile"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -108,38 +109,21 @@ func Take(ctx context.Context, c *clientv3.Client, backend, file string) (Result
 		return Result{}, fmt.Errorf("reading the datastore: %w", err)
 	}
 	h := Header{Format: Format, Revision: rev, Keys: len(kvs), Taken: time.Now().UTC(), Backend: backend}
-	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
-	if err != nil {
-		return Result{}, fmt.Errorf("writing the snapshot: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return Result{}, err
-	}
-	w := bufio.NewWriterSize(tmp, 1<<20)
-	enc := json.NewEncoder(w)
-	err = enc.Encode(h)
-	for _, kv := range kvs {
-		if err != nil {
-			break
+	err = atomicfile.WriteFunc(file, 0o600, func(out io.Writer) error {
+		w := bufio.NewWriterSize(out, 1<<20)
+		enc := json.NewEncoder(w)
+		if err := enc.Encode(h); err != nil {
+			return err
 		}
-		err = enc.Encode(entry{Key: string(kv.Key), Value: kv.Value})
-	}
-	if err == nil {
-		err = w.Flush()
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), file)
-	}
+		for _, kv := range kvs {
+			if err := enc.Encode(entry{Key: string(kv.Key), Value: kv.Value}); err != nil {
+				return err
+			}
+		}
+		return w.Flush()
+	})
 	if err != nil {
-		return Result{}, fmt.Errorf("writing the snapshot %s: %w", file, err)
+		return Result{}, fmt.Errorf("the snapshot: %w", err)
 	}
 	fi, err := os.Stat(file)
 	if err != nil {

@@ -29,11 +29,12 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/muster-io/muster/internal/atomicfile"
 )
 
 // Defaults for Config's durations.
@@ -467,29 +468,9 @@ func (lb *LoadBalancer) save(list []string) {
 		return
 	}
 	b, _ := json.Marshal(persisted{Seed: lb.cfg.Seed, Servers: list})
-	if err := writeFileAtomic(lb.cfg.StateFile, b); err != nil {
+	if err := atomicfile.Write(lb.cfg.StateFile, b, 0o600); err != nil {
 		lb.cfg.Log("load balancer: cannot keep the server list in %s: %v", lb.cfg.StateFile, err)
 	}
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".lb-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // conn is one forwarded connection.
