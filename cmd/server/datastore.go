@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -11,8 +10,6 @@ import (
 	"github.com/muster-io/muster/internal/snapshot"
 	"github.com/muster-io/muster/internal/store"
 )
-
-func lockDataDir(dir string) (io.Closer, error) { return server.LockDataDir(dir) }
 
 // datastoreSource is the datastore a command reads or writes: SQLite in
 // --data-dir, or the endpoint in --datastore-endpoint-file or
@@ -37,7 +34,7 @@ func newDatastoreCommand(cfg *server.Config) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ds, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, tlsFiles, true, lockDataDir)
+			ds, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, tlsFiles, true, false)
 			if err != nil {
 				return err
 			}
@@ -66,7 +63,7 @@ certificates and do not register again.`,
 			if _, _, err := snapshot.Read(args[0]); err != nil {
 				return err
 			}
-			ds, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, tlsFiles, false, lockDataDir)
+			ds, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, tlsFiles, false, false)
 			if err != nil {
 				return err
 			}
@@ -114,16 +111,13 @@ datastore; agents keep their certificates and do not register again.`,
 			// The source is locked (SQLite) against a server starting
 			// during the copy; the target is opened after it, in this
 			// process, so the data dir's lock is taken once.
-			src, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, tlsFiles, false, lockDataDir)
+			src, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, tlsFiles, false, false)
 			if err != nil {
 				return err
 			}
 			defer src.Close()
-			lock := lockDataDir
-			if endpoint == "" {
-				lock = func(string) (io.Closer, error) { return io.NopCloser(nil), nil }
-			}
-			dst, err := snapshot.Open(cmd.Context(), cfg.DataDir, target, tlsFiles, false, lock)
+			// An SQLite source holds the data dir's lock already.
+			dst, err := snapshot.Open(cmd.Context(), cfg.DataDir, target, tlsFiles, false, endpoint == "")
 			if err != nil {
 				return err
 			}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/muster-io/muster/internal/datadir"
+
 	"github.com/spf13/cobra"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/component-base/cli"
@@ -185,7 +187,7 @@ func newManifestsCommand(cfg *server.Config) *cobra.Command {
 		Short: "Print the APIService, Service, endpoints and RBAC that put muster behind a kube-apiserver",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			files, err := bootstrap.Paths(cfg.DataDir)
+			files, err := datadir.New(cfg.DataDir)
 			if err != nil {
 				return err
 			}

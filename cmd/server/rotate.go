@@ -51,7 +51,7 @@ that data dir's token), and restart the servers one at a time.`,
 			if err != nil {
 				return err
 			}
-			ds, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, tlsFiles, true, lockDataDir)
+			ds, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, tlsFiles, true, false)
 			if err != nil {
 				return err
 			}

@@ -29,11 +29,12 @@ import (
 	"io/fs"
 	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/muster-io/muster/internal/datadir"
 
 	"github.com/muster-io/muster/internal/atomicfile"
 
@@ -86,19 +87,9 @@ type Config struct {
 	Token string
 }
 
-// Files are the absolute paths of everything Ensure keeps in the data dir.
-type Files struct {
-	Dir             string // the data dir
-	TLSDir          string // <Dir>/tls
-	CACert          string
-	CAKey           string
-	ServingCert     string
-	ServingKey      string
-	AdminCert       string
-	AdminKey        string
-	AdminKubeconfig string
-	Token           string
-}
+// Files are the absolute paths of everything Ensure keeps in the data dir:
+// the data dir's one layout.
+type Files = datadir.Layout
 
 // State is the data dir after Ensure: paths, the loaded CA, and the token.
 type State struct {
@@ -114,31 +105,6 @@ type State struct {
 	GeneratedCA bool
 }
 
-// Paths returns the absolute paths of the files under dataDir, without
-// touching the disk.
-func Paths(dataDir string) (Files, error) {
-	if dataDir == "" {
-		return Files{}, errors.New("data dir is empty: pass --data-dir")
-	}
-	dir, err := filepath.Abs(dataDir)
-	if err != nil {
-		return Files{}, fmt.Errorf("data dir %q: %w", dataDir, err)
-	}
-	tlsDir := filepath.Join(dir, "tls")
-	return Files{
-		Dir:             dir,
-		TLSDir:          tlsDir,
-		CACert:          filepath.Join(tlsDir, "ca.crt"),
-		CAKey:           filepath.Join(tlsDir, "ca.key"),
-		ServingCert:     filepath.Join(tlsDir, "serving.crt"),
-		ServingKey:      filepath.Join(tlsDir, "serving.key"),
-		AdminCert:       filepath.Join(tlsDir, "admin.crt"),
-		AdminKey:        filepath.Join(tlsDir, "admin.key"),
-		AdminKubeconfig: filepath.Join(dir, "admin.kubeconfig"),
-		Token:           filepath.Join(dir, "token"),
-	}, nil
-}
-
 // Ensure makes the data dir ready: it creates what is missing and reuses
 // what exists. The CA is never replaced: if its certificate or key is
 // missing or corrupt while the other exists, Ensure fails and says what to
@@ -147,7 +113,7 @@ func Paths(dataDir string) (Files, error) {
 // certificate when it expires within RenewBefore; the kubeconfig when its
 // server URL or credentials changed.
 func Ensure(cfg Config) (*State, error) {
-	files, err := Paths(cfg.DataDir)
+	files, err := datadir.New(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +210,7 @@ func UserKubeconfig(dataDir, name string, groups []string, validity time.Duratio
 	if validity <= 0 {
 		return nil, fmt.Errorf("validity %s: give how long the certificate may be used, such as 720h", validity)
 	}
-	files, err := Paths(dataDir)
+	files, err := datadir.New(dataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +243,7 @@ func UserKubeconfig(dataDir, name string, groups []string, validity time.Duratio
 
 // ReadAdminKubeconfig returns the admin kubeconfig that Ensure wrote in dataDir.
 func ReadAdminKubeconfig(dataDir string) ([]byte, error) {
-	files, err := Paths(dataDir)
+	files, err := datadir.New(dataDir)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/muster-io/muster/internal/datadir"
+
 	"github.com/muster-io/muster/internal/atomicfile"
 
 	"github.com/muster-io/muster/internal/pki"
@@ -119,7 +121,7 @@ func tokenAEAD(token string, salt []byte) (cipher.AEAD, error) {
 // is refused unless replace is set (the CA was generated moments ago by
 // this very start and lost the race to seal its own).
 func InstallCA(dataDir string, ca *SharedCA, replace bool) error {
-	files, err := Paths(dataDir)
+	files, err := datadir.New(dataDir)
 	if err != nil {
 		return err
 	}
@@ -146,7 +148,7 @@ func InstallCA(dataDir string, ca *SharedCA, replace bool) error {
 
 // ReadToken returns the server token kept in the data dir, "" if there is none.
 func ReadToken(dataDir string) (string, error) {
-	files, err := Paths(dataDir)
+	files, err := datadir.New(dataDir)
 	if err != nil {
 		return "", err
 	}
@@ -188,7 +190,7 @@ func WriteToken(dataDir, token string) error {
 	if err := validToken(token); err != nil {
 		return err
 	}
-	files, err := Paths(dataDir)
+	files, err := datadir.New(dataDir)
 	if err != nil {
 		return err
 	}

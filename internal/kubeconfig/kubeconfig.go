@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/muster-io/muster/internal/datadir"
+
 	"github.com/muster-io/muster/internal/atomicfile"
 
 	"k8s.io/client-go/rest"
@@ -17,7 +19,7 @@ import (
 )
 
 // FileName is the admin kubeconfig a server writes in its data dir.
-const FileName = "admin.kubeconfig"
+const FileName = datadir.AdminKubeconfigName
 
 // EnvVar is kubectl's variable: one kubeconfig, or a list merged in order.
 const EnvVar = clientcmd.RecommendedConfigPathEnvVar

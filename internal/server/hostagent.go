@@ -5,9 +5,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/muster-io/muster/internal/datadir"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -71,7 +72,12 @@ func (h HostAgentAbilities) agentConfig(acfg agent.Config) agent.Config {
 // mints for it, and its data dir (<data-dir>/agent) keeps its certificate
 // across restarts, so it never re-registers.
 func runHostAgent(ctx context.Context, cfg Config, loopback *rest.Config, serverURL string) {
-	dir := filepath.Join(cfg.DataDir, "agent")
+	layout, err := datadir.New(cfg.DataDir)
+	if err != nil {
+		klog.ErrorS(err, "The host agent cannot run: its data dir is unknown")
+		return
+	}
+	dir := layout.HostAgent
 	acfg := cfg.HostAgent.agentConfig(agent.Config{Server: serverURL, DataDir: dir, Out: &prefixWriter{prefix: "host agent: ", w: os.Stderr}, LogFormat: "text"})
 	acfg.NodeName, _ = os.Hostname()
 	acfg.NodeName = strings.ToLower(acfg.NodeName)

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/muster-io/muster/internal/datadir"
+
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
@@ -211,12 +213,12 @@ func Run(ctx context.Context, cfg Config) error {
 
 func run(ctx context.Context, cfg Config) error {
 	tuneGC(ctx)
-	dataDir, err := filepath.Abs(cfg.DataDir)
+	layout, err := datadir.New(cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("--data-dir %q: %w", cfg.DataDir, err)
 	}
-	cfg.DataDir = dataDir
-	lock, err := lockDataDir(cfg.DataDir)
+	cfg.DataDir = layout.Dir
+	lock, err := datadir.Lock(cfg.DataDir)
 	if err != nil {
 		return err
 	}
@@ -294,7 +296,7 @@ func run(ctx context.Context, cfg Config) error {
 		Self: self, Locate: liveness.TunnelHolder, Transport: &http.Transport{TLSClientConfig: peerTLS, ForceAttemptHTTP2: true},
 	}}
 	drivers := driver.NewRegistry(cfg.DriversDir, map[string]driver.Driver{
-		"ssh": &driver.SSH{KeyDir: filepath.Join(cfg.DataDir, "drivers", "ssh"), Script: install.Script},
+		"ssh": &driver.SSH{KeyDir: layout.SSHDriverKeys, Script: install.Script},
 	})
 	if err := offerProcessDriver(drivers, cfg); err != nil {
 		return err

@@ -3,10 +3,10 @@ package snapshot
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 	"time"
+
+	"github.com/muster-io/muster/internal/datadir"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -39,10 +39,17 @@ func (d *Datastore) Close() {
 //
 // tlsFiles reach an external etcd; they are ignored for SQL endpoints, so
 // a command given both a source and a target uses them for the etcd one.
-func Open(ctx context.Context, dataDir, endpoint string, tlsFiles store.TLSFiles, online bool, lock func(string) (io.Closer, error)) (*Datastore, error) {
+//
+// locked says this process already holds the data dir's lock (a migrate
+// opens its target after its source, in one process).
+func Open(ctx context.Context, dataDir, endpoint string, tlsFiles store.TLSFiles, online, locked bool) (*Datastore, error) {
 	d := &Datastore{}
+	layout, err := datadir.New(dataDir)
+	if err != nil {
+		return nil, err
+	}
 	if endpoint == "" {
-		sock := filepath.Join(dataDir, "kine.sock")
+		sock := layout.KineSocket
 		if online {
 			if c := dialSocket(ctx, sock); c != nil {
 				d.Client, d.Backend, d.Online = c, "sqlite", true
@@ -50,11 +57,13 @@ func Open(ctx context.Context, dataDir, endpoint string, tlsFiles store.TLSFiles
 				return d, nil
 			}
 		}
-		l, err := lock(dataDir)
-		if err != nil {
-			return nil, err
+		if !locked {
+			l, err := datadir.Lock(layout.Dir)
+			if err != nil {
+				return nil, err
+			}
+			d.close = append(d.close, func() { l.Close() })
 		}
-		d.close = append(d.close, func() { l.Close() })
 	}
 	sockDir, err := os.MkdirTemp("", "muster-datastore-")
 	if err != nil {

@@ -5,7 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
-	"path/filepath"
+
+	"github.com/muster-io/muster/internal/datadir"
 
 	// The drivers kine itself uses, registered as "sqlite3" and "pgx".
 	_ "github.com/jackc/pgx/v5/stdlib"
@@ -22,7 +23,13 @@ const sqliteTime = "2006-01-02 15:04:05"
 const sqliteParams = "_journal_mode=WAL&_busy_timeout=30000&_synchronous=NORMAL&_txlock=immediate"
 
 // SQLitePath is the SQLite database of a data dir.
-func SQLitePath(dataDir string) string { return filepath.Join(dataDir, "db", "state.db") }
+func SQLitePath(dataDir string) string {
+	l, err := datadir.New(dataDir)
+	if err != nil {
+		return ""
+	}
+	return l.SQLite
+}
 
 // OpenSQL opens the SQL database behind a datastore, beside kine's own
 // connections, for the tables muster keeps there (migrations/). For etcd

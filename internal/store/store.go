@@ -22,6 +22,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/muster-io/muster/internal/datadir"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/k3s-io/kine/pkg/drivers/sqlite"
 	"github.com/k3s-io/kine/pkg/endpoint"
@@ -101,15 +103,18 @@ func Open(ctx context.Context, cfg Config) (*Datastore, error) {
 	}
 
 	routeKineLogs(cfg.Quiet)
+	layout, err := datadir.New(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
 	ds := &Datastore{backend: kind}
 	kineEndpoint := cfg.Endpoint
 	switch kind {
 	case "sqlite":
-		dbDir := filepath.Join(cfg.DataDir, "db")
-		if err := os.MkdirAll(dbDir, 0o700); err != nil {
-			return nil, fmt.Errorf("cannot create %s for the SQLite database: %w; choose a writable --data-dir", dbDir, err)
+		if err := os.MkdirAll(layout.DBDir, 0o700); err != nil {
+			return nil, fmt.Errorf("cannot create %s for the SQLite database: %w; choose a writable --data-dir", layout.DBDir, err)
 		}
-		kineEndpoint = "sqlite://" + filepath.Join(dbDir, "state.db") + "?" + sqlite.DefaultParams
+		kineEndpoint = "sqlite://" + layout.SQLite + "?" + sqlite.DefaultParams
 	case "postgres":
 		if err := pingPostgres(ctx, cfg.Endpoint); err != nil {
 			return nil, err
@@ -134,7 +139,7 @@ func Open(ctx context.Context, cfg Config) (*Datastore, error) {
 	if cfg.SocketDir != "" {
 		socketDir = cfg.SocketDir
 	}
-	socket := filepath.Join(socketDir, "kine.sock")
+	socket := filepath.Join(socketDir, datadir.KineSocketName)
 	kc := kineConfig(kineEndpoint, "unix://"+socket, poll)
 	kc.GRPCServer = grpcServer(WriteConcurrency(kind))
 	etcd, err := endpoint.Listen(kctx, kc)

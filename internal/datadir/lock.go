@@ -1,4 +1,4 @@
-package server
+package datadir
 
 import (
 	"fmt"
@@ -11,19 +11,25 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// lockDataDir takes an exclusive lock on the data dir before anything in it
-// is read or written, so that a second server pointed at the same dir
-// changes nothing (not even the admin kubeconfig) and says who holds it.
-// SQLite in WAL mode would otherwise let two servers share one database.
-// The lock is released when the process exits, however it exits.
-func lockDataDir(dir string) (*os.File, error) {
+// Lock takes an exclusive lock on the data dir before anything in it is
+// read or written, so that a second server (or an offline datastore
+// command: migrate, restore) pointed at the same dir changes nothing (not
+// even the admin kubeconfig) and says who holds it. SQLite in WAL mode
+// would otherwise let two servers share one database. The lock is
+// released when the process exits, however it exits, or when the file is
+// closed.
+func Lock(dir string) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("cannot create data dir %s: %w; choose a writable --data-dir", dir, err)
 	}
-	if err := tightenDataDir(dir); err != nil {
+	if err := tighten(dir); err != nil {
 		return nil, err
 	}
-	path := filepath.Join(dir, ".lock")
+	l, err := New(dir)
+	if err != nil {
+		return nil, err
+	}
+	path := l.Lock
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("cannot write in data dir %s: %w; choose a writable --data-dir", dir, err)
@@ -40,14 +46,14 @@ func lockDataDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// tightenDataDir makes a data dir that others may read or enter (made by
+// tighten makes a data dir that others may read or enter (made by
 // hand, by a packager, or by an older Muster with the umask's 0755) 0700,
 // as k3s does with its own: it holds the CA's key, the admin kubeconfig
 // and the database. It does so only to a dir that is Muster's: empty, or
 // holding Muster's own lock or TLS dir. A wide dir that holds other
 // files (--data-dir pointed at /var/lib, say) is refused instead:
 // tightening it would break whatever else lives there.
-func tightenDataDir(dir string) error {
+func tighten(dir string) error {
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return fmt.Errorf("data dir %s: %w; choose a writable --data-dir", dir, err)
@@ -59,6 +65,10 @@ func tightenDataDir(dir string) error {
 	if mode&0o077 == 0 {
 		return nil
 	}
+	l, err := New(dir)
+	if err != nil {
+		return err
+	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("reading data dir %s: %w; choose a readable --data-dir", dir, err)
@@ -66,7 +76,7 @@ func tightenDataDir(dir string) error {
 	// Empty, or marked by an earlier start: the lock file, the TLS dir.
 	ours := len(entries) == 0
 	for _, e := range entries {
-		if e.Name() == ".lock" || (e.Name() == "tls" && e.IsDir()) {
+		if e.Name() == filepath.Base(l.Lock) || (e.Name() == filepath.Base(l.TLSDir) && e.IsDir()) {
 			ours = true
 		}
 	}
@@ -80,7 +90,3 @@ func tightenDataDir(dir string) error {
 	klog.InfoS("Tightened the data dir to mode 0700: it holds the CA's key and the admin kubeconfig, which no other user may read", "dir", dir, "was", fmt.Sprintf("%04o", mode))
 	return nil
 }
-
-// LockDataDir is lockDataDir for the offline datastore commands (migrate,
-// restore): they refuse a data dir a running server holds.
-func LockDataDir(dir string) (*os.File, error) { return lockDataDir(dir) }
