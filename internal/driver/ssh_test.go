@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/muster-io/muster/internal/sshtest"
+	"github.com/muster-io/muster/internal/testenv/sshtest"
 )
 
 // authorize lets the driver's key into the test host.

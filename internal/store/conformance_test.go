@@ -18,8 +18,8 @@ import (
 	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
 	storagetesting "k8s.io/apiserver/pkg/storage/testing"
 
-	"github.com/muster-io/muster/internal/etcdtest"
-	"github.com/muster-io/muster/internal/pgtest"
+	"github.com/muster-io/muster/internal/testenv/etcdtest"
+	"github.com/muster-io/muster/internal/testenv/pgtest"
 )
 
 // The upstream storage conformance suite (k8s.io/apiserver/pkg/storage/testing)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/muster-io/muster/internal/etcdtest"
+	"github.com/muster-io/muster/internal/testenv/etcdtest"
 )
 
 // TestEtcdTLS opens a real etcd that requires client certificates: with

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/muster-io/muster/internal/pgtest"
+	"github.com/muster-io/muster/internal/testenv/pgtest"
 )
 
 func TestLoadMigrations(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/muster-io/muster/internal/pgtest"
+	"github.com/muster-io/muster/internal/testenv/pgtest"
 )
 
 func TestBadEndpoints(t *testing.T) {

@@ -35,7 +35,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/muster-io/muster/internal/pgtest"
+	"github.com/muster-io/muster/internal/testenv/pgtest"
 	"github.com/muster-io/muster/internal/simulate"
 	"github.com/muster-io/muster/internal/store"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"

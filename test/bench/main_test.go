@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/muster-io/muster/internal/pgtest"
+	"github.com/muster-io/muster/internal/testenv/pgtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m.Run)) }

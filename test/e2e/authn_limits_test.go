@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/muster-io/muster/internal/jointoken"
-	"github.com/muster-io/muster/internal/pgtest"
+	"github.com/muster-io/muster/internal/testenv/pgtest"
 	clientset "github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/muster-io/muster/internal/etcdtest"
+	"github.com/muster-io/muster/internal/testenv/etcdtest"
 )
 
 // etcdTLSArgs are the flags that reach e with its client certificate.

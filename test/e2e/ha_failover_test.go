@@ -10,9 +10,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/muster-io/muster/internal/etcdtest"
+	"github.com/muster-io/muster/internal/testenv/etcdtest"
 	"github.com/muster-io/muster/internal/lifecycle"
-	"github.com/muster-io/muster/internal/pgtest"
+	"github.com/muster-io/muster/internal/testenv/pgtest"
 	clientset "github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/muster-io/muster/internal/agent/loadbalancer"
-	"github.com/muster-io/muster/internal/pgtest"
+	"github.com/muster-io/muster/internal/testenv/pgtest"
 )
 
 // TestHAAgentsSpread: twelve agents all given the first server, as `make ha`

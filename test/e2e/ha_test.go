@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/muster-io/muster/internal/leader"
-	"github.com/muster-io/muster/internal/pgtest"
+	"github.com/muster-io/muster/internal/testenv/pgtest"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	clientset "github.com/muster-io/muster/pkg/client/clientset/versioned"
 )

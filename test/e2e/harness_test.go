@@ -15,7 +15,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/muster-io/muster/internal/pgtest"
+	"github.com/muster-io/muster/internal/testenv/pgtest"
 )
 
 var serverBin, agentBin string

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/muster-io/muster/internal/sshtest"
+	"github.com/muster-io/muster/internal/testenv/sshtest"
 )
 
 // runningPID is the process in pidFile if it runs (not a zombie), else 0.

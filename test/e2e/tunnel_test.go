@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/muster-io/muster/internal/pgtest"
+	"github.com/muster-io/muster/internal/testenv/pgtest"
 )
 
 var buildPlugin sync.Once
