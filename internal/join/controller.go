@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/muster-io/muster/internal/reconcile"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -89,26 +91,12 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	}
 	for i := 0; i < workers; i++ {
 		go wait.UntilWithContext(ctx, func(ctx context.Context) {
-			for c.next(ctx) {
-			}
+			reconcile.Work(ctx, c.queue, c.sync, func(key string, err error) {
+				klog.ErrorS(err, "Registration not decided yet; will retry", "registration", key)
+			})
 		}, time.Second)
 	}
 	<-ctx.Done()
-}
-
-func (c *Controller) next(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	if err := c.sync(ctx, key); err != nil {
-		klog.ErrorS(err, "Registration not decided yet; will retry", "registration", key)
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	return true
 }
 
 func (c *Controller) sync(ctx context.Context, name string) error {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/muster-io/muster/internal/reconcile"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -167,9 +169,9 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 		return
 	}
 	for i := 0; i < workers; i++ {
-		go wait.UntilWithContext(ctx, func(ctx context.Context) { process(ctx, c.queue, c.syncMachine) }, time.Second)
+		go wait.UntilWithContext(ctx, func(ctx context.Context) { reconcile.Work(ctx, c.queue, c.syncMachine, failed) }, time.Second)
 	}
-	go wait.UntilWithContext(ctx, func(ctx context.Context) { process(ctx, c.clusterQ, c.syncCluster) }, time.Second)
+	go wait.UntilWithContext(ctx, func(ctx context.Context) { reconcile.Work(ctx, c.clusterQ, c.syncCluster, failed) }, time.Second)
 	wait.UntilWithContext(ctx, func(context.Context) {
 		ms, _ := c.machines.List(labels.Everything())
 		for _, m := range ms {
@@ -178,21 +180,11 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	}, c.silence/4)
 }
 
-func process(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], sync func(context.Context, string) error) {
-	for {
-		key, quit := q.Get()
-		if quit {
-			return
-		}
-		if err := sync(ctx, key); err != nil {
-			if !apierrors.IsConflict(err) {
-				klog.ErrorS(err, "Lifecycle sync failed; will retry", "key", key)
-			}
-			q.AddRateLimited(key)
-		} else {
-			q.Forget(key)
-		}
-		q.Done(key)
+// failed logs a sync that will be retried; a conflict is only a lost race
+// with another writer, retried at once.
+func failed(key string, err error) {
+	if !apierrors.IsConflict(err) {
+		klog.ErrorS(err, "Lifecycle sync failed; will retry", "key", key)
 	}
 }
 
