@@ -392,7 +392,7 @@ func (c *Controller) create(ctx context.Context, d driver.Driver, p *api.Machine
 	m := &api.Machine{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls, Finalizers: []string{api.MachineHostFinalizer},
 			Annotations: map[string]string{api.DriverConfigAnnotation: string(config), createdAtAnnotation: time.Now().UTC().Format(time.RFC3339Nano)}},
-		Spec: api.MachineSpec{Cluster: p.Spec.Cluster, Driver: p.Spec.Template.Driver, JoinToken: tok.ID},
+		Spec: api.MachineSpec{Cluster: p.Spec.Cluster, Driver: p.Spec.Template.Driver, JoinToken: tok.ID, Roles: slices.Clone(p.Spec.Template.Roles)},
 	}
 	if _, err := c.client.MusterV1alpha1().Machines().Create(ctx, m, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating machine %s: %w", name, err)

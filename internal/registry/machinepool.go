@@ -74,6 +74,7 @@ var MachinePool = Kind[*api.MachinePool]{
 			errs = append(errs, validateNonNegative(*m, spec.Child("health", "maxUnhealthy"))...)
 		}
 		errs = append(errs, validateLabels(p.Spec.Template.Labels, tmpl.Child("labels"))...)
+		errs = append(errs, validateRoles(p.Spec.Template.Roles, tmpl.Child("roles"))...)
 		for _, reserved := range []string{api.PoolLabel, api.PoolRevisionLabel} {
 			if _, ok := p.Spec.Template.Labels[reserved]; ok {
 				errs = append(errs, field.Forbidden(tmpl.Child("labels").Key(reserved), "the server sets this label"))

@@ -77,6 +77,7 @@ spec:
   deletePolicy: Oldest
   template:
     driver: process
+    roles: [worker]
     labels:
       role: worker
 `, replicas)
@@ -93,6 +94,9 @@ spec:
 		t.Logf("pool of 5 (process driver) created to all Running: %v", time.Since(start).Round(time.Millisecond))
 		if out := s.mustKubectl("get", "machines", "-l", "role=worker", "-o", "name"); strings.Count(out, "machine.muster.io/") != 5 {
 			t.Errorf("the template's labels are not on the pool's machines:\n%s", out)
+		}
+		if out := s.mustKubectl("get", "machines", "-l", "muster.io/pool=edge", "-o", "jsonpath={range .items[*]}{.spec.roles}{\"\\n\"}{end}"); strings.Count(out, `["worker"]`) != 5 {
+			t.Errorf("the template's roles are not the pool's machines' spec.roles:\n%s", out)
 		}
 		waitFor(t, 30*time.Second, "the pool's status to count 5 ready and up to date", func() bool {
 			out, _ := s.kubectl("get", "machinepool", "edge", "-o", "jsonpath={.status.replicas}/{.status.readyReplicas}/{.status.updatedReplicas}")

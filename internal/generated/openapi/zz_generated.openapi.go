@@ -2746,10 +2746,29 @@ func schema_pkg_apis_muster_v1alpha1_MachineTemplate(ref common.ReferenceCallbac
 					},
 					"labels": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Labels are put on every Machine of the pool (roles are labels).",
+							Description: "Labels are put on every Machine of the pool.",
 							Type:        []string{"object"},
 							AdditionalProperties: &spec.SchemaOrBool{
 								Allows: true,
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"roles": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Roles are put on every Machine of the pool as its spec.roles (for example \"etcd\", \"controlplane\", \"worker\"), as an agent's --role puts them on a custom machine: at most 16, each a DNS label, no repeats.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
 										Type:   []string{"string"},

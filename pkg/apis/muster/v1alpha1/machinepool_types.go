@@ -119,9 +119,15 @@ type MachineTemplate struct {
 	// each); it must not hold secrets, which would be stored in plaintext.
 	// +optional
 	DriverConfig map[string]string `json:"driverConfig,omitempty"`
-	// Labels are put on every Machine of the pool (roles are labels).
+	// Labels are put on every Machine of the pool.
 	// +optional
 	Labels map[string]string `json:"labels,omitempty"`
+	// Roles are put on every Machine of the pool as its spec.roles (for
+	// example "etcd", "controlplane", "worker"), as an agent's --role puts
+	// them on a custom machine: at most 16, each a DNS label, no repeats.
+	// +optional
+	// +listType=set
+	Roles []string `json:"roles,omitempty"`
 }
 
 // MachinePoolStatus is the observed state of a MachinePool.

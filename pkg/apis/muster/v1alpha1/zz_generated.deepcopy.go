@@ -1145,6 +1145,11 @@ func (in *MachineTemplate) DeepCopyInto(out *MachineTemplate) {
 			(*out)[key] = val
 		}
 	}
+	if in.Roles != nil {
+		in, out := &in.Roles, &out.Roles
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	return
 }
 
