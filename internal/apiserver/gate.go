@@ -4,11 +4,12 @@ import (
 	"context"
 	"crypto/subtle"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/muster-io/muster/internal/ratelimit"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,12 +69,22 @@ type credentialGate struct {
 	// rechecking holds a slot per refusal waiting for its second look.
 	rechecking chan struct{}
 	refuse     func(http.ResponseWriter, *http.Request, error)
+	// waiting, if set, is told each time a request starts to wait (for
+	// the caches to load, or for a token's second look), so that a test
+	// can act while it waits instead of sleeping and hoping it does.
+	waiting func()
+}
+
+func (g *credentialGate) wait() {
+	if g.waiting != nil {
+		g.waiting()
+	}
 }
 
 func (g *credentialGate) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if token, ok := bearerToken(r); ok && (g.loopback == "" || subtle.ConstantTimeCompare([]byte(token), []byte(g.loopback)) != 1) {
-			client := clientAddress(r)
+			client := ratelimit.Address(r)
 			if wait := g.failures.blocked(client); wait > 0 {
 				metrics.TokenFailed(metrics.TokenBlocked)
 				secs := int(wait/time.Second) + 1
@@ -122,6 +133,7 @@ func (g *credentialGate) authenticates(ctx context.Context, token string) (known
 	}
 	t := time.NewTimer(g.recheck)
 	defer t.Stop()
+	g.wait()
 	select {
 	case <-t.C:
 	case <-ctx.Done():
@@ -139,6 +151,7 @@ func (g *credentialGate) await(ctx context.Context, ready <-chan struct{}) bool 
 	}
 	t := time.NewTimer(g.hold)
 	defer t.Stop()
+	g.wait()
 	select {
 	case <-ready:
 		return true
@@ -164,16 +177,6 @@ func bearerToken(r *http.Request) (string, bool) {
 	}
 	token = strings.TrimSpace(token)
 	return token, token != ""
-}
-
-// clientAddress is the connection's peer address: headers such as
-// X-Forwarded-For are the client's to forge, so they are not read.
-func clientAddress(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
 }
 
 // failureLimiter counts failed authentications per client address in

@@ -119,9 +119,11 @@ func TestCredentialGate(t *testing.T) {
 	}
 	// A request held while the tokens load is served once they are.
 	done := make(chan int)
+	waiting := make(chan struct{}, 1)
+	g.waiting = func() { waiting <- struct{}{} }
 	g.hold = 5 * time.Second
 	go func() { done <- send(g, "abcdef."+secret, "10.0.0.1").Code }()
-	time.Sleep(20 * time.Millisecond)
+	<-waiting
 	g.tokens.SetLister(tokenLister(t, &api.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Name: "abcdef"},
 		Spec: api.ClusterRegistrationTokenSpec{SecretHash: jointoken.HashSecret(secret)}}))
 	if code := <-done; code != http.StatusOK {
@@ -132,7 +134,7 @@ func TestCredentialGate(t *testing.T) {
 	// waits (created through another server) is let in.
 	g.recheck = time.Second
 	go func() { done <- send(g, "fresh1."+secret, "10.0.0.4").Code }()
-	time.Sleep(50 * time.Millisecond)
+	<-waiting
 	g.tokens.SetLister(tokenLister(t, &api.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Name: "abcdef"},
 		Spec: api.ClusterRegistrationTokenSpec{SecretHash: jointoken.HashSecret(secret)}},
 		&api.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Name: "fresh1"},
@@ -141,6 +143,7 @@ func TestCredentialGate(t *testing.T) {
 		t.Errorf("a token that arrived during the recheck wait: %d, want 200", code)
 	}
 	g.recheck = 10 * time.Millisecond
+	g.waiting = nil
 
 	// Failures per address: 401 up to the limit, then 429 for that address only.
 	for i, want := range []int{401, 401, 401, 429, 429} {
