@@ -111,7 +111,7 @@ func List(ctx context.Context, c musterclient.MusterV1alpha1Interface, w io.Writ
 		return fmt.Errorf("listing tokens: %w", err)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tPHASE\tCLUSTER\tAPPROVAL\tEXPIRES\tREGISTRATIONS\tDESCRIPTION")
+	fmt.Fprintln(tw, "ID\tPHASE\tCLUSTER\tAPPROVAL\tEXPIRES\tUSES\tDESCRIPTION")
 	for _, t := range list.Items {
 		cluster, approval, expires := t.Spec.Cluster, "auto", "never"
 		if cluster == "" {
@@ -123,9 +123,24 @@ func List(ctx context.Context, c musterclient.MusterV1alpha1Interface, w io.Writ
 		if t.Status.ExpiresAt != nil {
 			expires = t.Status.ExpiresAt.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", t.Name, t.Status.Phase, cluster, approval, expires, t.Status.Registrations, t.Spec.Description)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.Status.Phase, cluster, approval, expires, Uses(&t), t.Spec.Description)
 	}
 	return tw.Flush()
+}
+
+// Uses says how many registrations a token made of how many it may:
+// "1/1 (used up)" for a spent single-use token, which is still Active
+// (its phase says whether it may be used at all, not whether uses are
+// left), "3/unlimited" for one without a limit.
+func Uses(t *api.ClusterRegistrationToken) string {
+	if t.Spec.MaxUses <= 0 {
+		return fmt.Sprintf("%d/unlimited", t.Status.Registrations)
+	}
+	s := fmt.Sprintf("%d/%d", t.Status.Registrations, t.Spec.MaxUses)
+	if t.Status.Registrations >= t.Spec.MaxUses {
+		s += " (used up)"
+	}
+	return s
 }
 
 // Inactive says why a join token may not be used, or "" when it may: the

@@ -516,6 +516,14 @@ func (c *Controller) finalize(ctx context.Context, m *api.Machine) error {
 		if err := c.client.MusterV1alpha1().NodePasswords().Delete(ctx, m.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
+		// A pool minted a one-time join token for this machine alone: it
+		// goes with the machine, spent or not, however the machine went
+		// (a scale-down, the pool's or the cluster's deletion).
+		if m.Labels[api.PoolLabel] != "" && m.Spec.JoinToken != "" {
+			if err := c.client.MusterV1alpha1().ClusterRegistrationTokens().Delete(ctx, m.Spec.JoinToken, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
 		return step(fsm.EventFinalized, "Finalized")
 	case api.MachinePhaseDeleted:
 		next := m.DeepCopy()

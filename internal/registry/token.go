@@ -3,6 +3,8 @@ package registry
 import (
 	"regexp"
 
+	"github.com/muster-io/muster/internal/jointoken"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -65,7 +67,7 @@ var ClusterRegistrationToken = Kind[*api.ClusterRegistrationToken]{
 		{Name: "Cluster", Type: "string", Description: "Cluster the token is bound to, if any."},
 		{Name: "Approval", Type: "string", Description: "Whether registrations wait for manual approval."},
 		{Name: "Expires", Type: "string", Description: "When the token expires."},
-		{Name: "Registrations", Type: "integer", Description: "Registrations accepted with the token."},
+		{Name: "Uses", Type: "string", Description: "Registrations accepted with the token, of how many it may make (\"used up\" when none is left)."},
 	},
 	Cells: func(t *api.ClusterRegistrationToken) []interface{} {
 		approval, expires := "auto", "never"
@@ -75,6 +77,6 @@ var ClusterRegistrationToken = Kind[*api.ClusterRegistrationToken]{
 		if t.Status.ExpiresAt != nil {
 			expires = t.Status.ExpiresAt.UTC().Format("2006-01-02T15:04:05Z")
 		}
-		return []interface{}{string(t.Status.Phase), t.Spec.Cluster, approval, expires, t.Status.Registrations}
+		return []interface{}{string(t.Status.Phase), t.Spec.Cluster, approval, expires, jointoken.Uses(t)}
 	},
 }

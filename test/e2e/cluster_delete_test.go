@@ -221,4 +221,9 @@ spec:
 		}
 	}
 	waitFor(t, 30*time.Second, "every pool agent to exit", func() bool { return len(poolAgents(s)) == 0 })
+	// The one-time join tokens the pool minted for its machines went with
+	// them (a revoked token of a deleted cluster would still be listed).
+	if out := s.mustKubectl("get", "clusterregistrationtokens", "-o", "jsonpath={.items[*].spec.description}"); strings.Contains(out, "pool edge") {
+		t.Errorf("the pool's join tokens outlived it: %s", out)
+	}
 }

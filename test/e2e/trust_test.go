@@ -427,6 +427,13 @@ func TestJoinRetryAfterLostGrant(t *testing.T) {
 	// Its answer was lost: the Machine is Registering, no agent checked in.
 	waitPhase(t, s, "lost-1", "Registering", 10*time.Second)
 
+	// The spent token says so where operators look (token uses are
+	// flushed about once a second).
+	waitFor(t, 10*time.Second, "token list to show the single-use token used up", func() bool {
+		out, _ := s.musterErr("token", "list")
+		return strings.Contains(out, tokenID(token)) && strings.Contains(out, "1/1 (used up)")
+	})
+
 	// Someone else with the spent token: refused, whatever node name.
 	other := newJoiner("lost-2")
 	_, err = other.register(ctx, once, metav1.CreateOptions{}, nil)
