@@ -35,9 +35,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/muster-io/muster/internal/testenv/pgtest"
 	"github.com/muster-io/muster/internal/simulate"
 	"github.com/muster-io/muster/internal/store"
+	"github.com/muster-io/muster/internal/testenv/pgtest"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	clientset "github.com/muster-io/muster/pkg/client/clientset/versioned"
 )

@@ -10,8 +10,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/muster-io/muster/internal/testenv/etcdtest"
 	"github.com/muster-io/muster/internal/lifecycle"
+	"github.com/muster-io/muster/internal/testenv/etcdtest"
 	"github.com/muster-io/muster/internal/testenv/pgtest"
 	clientset "github.com/muster-io/muster/pkg/client/clientset/versioned"
 )
