@@ -303,6 +303,11 @@ if [ "$init" = none ]; then
 	stop="if [ -x '$unit' ]; then '$unit' stop; fi"
 	reload="rm -f '$pid_file' '$log_file'"
 fi
+if [ "$cmd" = server ]; then
+	data_what="the datastore (SQLite), the CA and its key, the server token and the admin kubeconfig; take a snapshot first (muster-server datastore snapshot FILE) if you may want them back"
+else
+	data_what="this machine's identity (certificate, node password); to join again it needs a new join token"
+fi
 cat >"$uninstall" <<EOF
 #!/bin/sh
 # Removes what install.sh installed for $name.
@@ -310,7 +315,9 @@ cat >"$uninstall" <<EOF
 set -u
 [ "\$(id -u)" -eq 0 ] || [ -n "\${INSTALL_MUSTER_ALLOW_NONROOT:-}" ] || { echo "run as root" >&2; exit 1; }
 $stop
-rm -f "$unit" "$env_file" "$binary"
+echo "[muster-install] removing $name: $binary (and $binary.previous, kept by agent upgrades), $unit, $env_file"
+rm -f "$unit" "$env_file" "$binary" "$binary.previous"
+echo "[muster-install] removing its data dir $data_dir: $data_what"
 rm -rf "$data_dir"
 $reload
 rm -f "$uninstall"

@@ -171,11 +171,22 @@ func TestInstallScript(t *testing.T) {
 	t.Logf("install.sh to Running: %v", time.Since(start).Round(time.Millisecond))
 	a.kill()
 
-	if out, err := exec.Command("sh", uninstall).CombinedOutput(); err != nil {
-		t.Fatalf("uninstall: %v\n%s", err, out)
+	// What an agent upgrade keeps beside the binary goes too.
+	if err := os.WriteFile(binary+".previous", []byte("an earlier agent"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	said, err := exec.Command("sh", uninstall).CombinedOutput()
+	if err != nil {
+		t.Fatalf("uninstall: %v\n%s", err, said)
 	}
 	if left := r.files(t); len(left) != 0 {
 		t.Errorf("uninstall left files behind: %v", left)
+	}
+	// It says what it removes, the data dir and what that holds included.
+	for _, want := range []string{binary + ".previous", "its data dir", "node password"} {
+		if !strings.Contains(string(said), want) {
+			t.Errorf("the uninstall script does not say it removes %q:\n%s", want, said)
+		}
 	}
 }
 
@@ -346,10 +357,17 @@ func TestInstallScriptServer(t *testing.T) {
 	if out, err := exec.Command("systemd-analyze", "verify", unit).CombinedOutput(); err != nil {
 		t.Errorf("systemd-analyze verify %s: %v\n%s", unit, err, out)
 	}
-	if out, err := exec.Command("sh", filepath.Join(r.binDir, "muster-server-uninstall.sh")).CombinedOutput(); err != nil {
-		t.Fatalf("uninstall: %v\n%s", err, out)
+	said, err := exec.Command("sh", filepath.Join(r.binDir, "muster-server-uninstall.sh")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("uninstall: %v\n%s", err, said)
 	}
 	if left := r.files(t); len(left) != 0 {
 		t.Errorf("uninstall left files behind: %v", left)
+	}
+	// A server's data dir is its datastore and CA: the script says so.
+	for _, want := range []string{"the datastore (SQLite), the CA", "datastore snapshot"} {
+		if !strings.Contains(string(said), want) {
+			t.Errorf("the server's uninstall script does not warn %q:\n%s", want, said)
+		}
 	}
 }
