@@ -242,9 +242,19 @@ func (c *client) forward(ctx context.Context, machine string, remote int, conn n
 	return err
 }
 
-// readOnly hides conn's Close from the HTTP client, which closes a
-// request body when it has sent it; the connection still has a response
-// to write.
-type readOnly struct{ r io.Reader }
+// readOnly is the connection as a request body. The HTTP client closes a
+// request body when it has sent it, or when the server answered before it
+// had (a refusal): then only the reading half may close, since the
+// connection may still have a response to write. Closing it is also what
+// ends a Read that waits on the local client, so a refused forward closes
+// the local connection at once instead of when its client gives up.
+type readOnly struct{ c net.Conn }
 
-func (r readOnly) Read(p []byte) (int, error) { return r.r.Read(p) }
+func (r readOnly) Read(p []byte) (int, error) { return r.c.Read(p) }
+
+func (r readOnly) Close() error {
+	if half, ok := r.c.(interface{ CloseRead() error }); ok {
+		return half.CloseRead()
+	}
+	return nil
+}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -196,6 +197,23 @@ func TestTunnelPortForward(t *testing.T) {
 		t.Fatalf("port-forward to a port not allowed: %d %s", status, body)
 	}
 	a.waitOutput(fmt.Sprintf("port %d is not published by this agent", closed), 10*time.Second)
+
+	// The same through the plugin: a client of the local port sees its
+	// connection closed at once, not held open until it times out.
+	refusedAddr, stopRefused := forward(freePort(t), closed)
+	defer stopRefused()
+	conn, err := net.Dial("tcp", refusedAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	start := time.Now()
+	if n, err := conn.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("a connection to a refused port stayed open (read %d bytes, %v after %v)", n, err, time.Since(start).Round(time.Millisecond))
+	} else {
+		t.Logf("a connection to a refused port closed after %v (%v)", time.Since(start).Round(time.Millisecond), err)
+	}
 
 	// Ports outside 1-65535: 400 from the server, and the plugin says so first.
 	for _, p := range []string{"0", "70000", "x"} {
