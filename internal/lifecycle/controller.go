@@ -145,9 +145,10 @@ func NewController(client versioned.Interface, store Store, factory informers.Sh
 			countLater(obj)
 		},
 	})
-	// A plan is named after its machine.
+	// A plan is named after its machine; a deleted plan leaves its
+	// machine nothing to apply (decide).
 	_, _ = v.MachinePlans().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: byName, UpdateFunc: func(_, o interface{}) { byName(o) },
+		AddFunc: byName, UpdateFunc: func(_, o interface{}) { byName(o) }, DeleteFunc: byName,
 	})
 	// Every update too: a delete (deletionTimestamp set) starts the
 	// cascade, and a phase someone wrote is checked against the machines.
@@ -336,6 +337,10 @@ func advance(m *api.Machine, f facts) (string, bool) {
 // upgrade that failed) name paths and versions, and are quoted.
 // It is written when a plan fails and when one succeeds after a failure,
 // not on every step of a plan (each would cost a write per machine).
+// ReasonPlanRemoved is why a machine whose plan was deleted left Failed
+// or Updating: with no plan there is nothing to apply and nothing failed.
+const ReasonPlanRemoved = "PlanRemoved"
+
 const ConditionPlanFailed = "PlanFailed"
 
 // maxFailureMessage keeps the condition and event short; the full output
@@ -425,6 +430,11 @@ func decide(m *api.Machine, plan *api.MachinePlan, live, heard bool) (event, rea
 			return fsm.EventPlanApplied, "PlanApplied"
 		case !live:
 			return fsm.EventAgentSilent, "AgentSilent"
+		case plan == nil && m.Status.Phase == api.MachinePhaseUpdating:
+			// Its plan was deleted (a plan set's, when the set went):
+			// nothing is left to apply. A new machine (Bootstrapping)
+			// waits for the plan its grant writes.
+			return fsm.EventPlanApplied, ReasonPlanRemoved
 		}
 	case api.MachinePhaseRunning:
 		switch {
@@ -445,8 +455,14 @@ func decide(m *api.Machine, plan *api.MachinePlan, live, heard bool) (event, rea
 			return fsm.EventAgentReturnedMidPlan, "AgentReturned"
 		}
 	case api.MachinePhaseFailed:
-		if newPlan {
+		switch {
+		case newPlan:
 			return fsm.EventPlanFixed, "NewPlan"
+		case plan == nil && m.Status.Reason == "PlanFailed":
+			// The plan that failed is gone (deleted by hand, or pruned
+			// with its plan set): so is the failure. Updating, then
+			// Running, as with a new empty plan.
+			return fsm.EventPlanFixed, ReasonPlanRemoved
 		}
 	}
 	return "", ""

@@ -57,6 +57,16 @@ func TestAdvance(t *testing.T) {
 			"plan-failed", api.MachinePhaseFailed, api.PlanStateFailed, true},
 		{"a new plan leaves Failed", machine(api.MachinePhaseFailed, api.PlanStateFailed, &recently), plan(api.PlanStatePending, false, 0), true,
 			"plan-fixed", api.MachinePhaseUpdating, api.PlanStatePending, true},
+		{"a failed machine whose plan was deleted leaves Failed", func() *api.Machine {
+			m := machine(api.MachinePhaseFailed, api.PlanStateFailed, &recently)
+			m.Status.Reason = "PlanFailed"
+			return m
+		}(), nil, true,
+			"plan-fixed", api.MachinePhaseUpdating, api.PlanStateFailed, true},
+		{"an updating machine whose plan was deleted is Running", machine(api.MachinePhaseUpdating, api.PlanStatePending, &recently), nil, true,
+			"plan-applied", api.MachinePhaseRunning, api.PlanStatePending, true},
+		{"a new machine waits for its plan", machine(api.MachinePhaseBootstrapping, api.PlanStatePending, &recently), nil, true,
+			"", api.MachinePhaseBootstrapping, api.PlanStatePending, false},
 		{"a silent agent makes it Unavailable", machine(api.MachinePhaseRunning, api.PlanStateSucceeded, &recently), plan(api.PlanStateSucceeded, true, 0), false,
 			"agent-silent", api.MachinePhaseUnavailable, api.PlanStateSucceeded, true},
 		{"an agent back with its plan applied is Running", machine(api.MachinePhaseUnavailable, api.PlanStateSucceeded, &longAgo), plan(api.PlanStateSucceeded, true, 0), true,
