@@ -67,7 +67,13 @@ certificate, a server token and an admin kubeconfig there.`,
 		},
 	}
 	f := cmd.PersistentFlags()
-	f.StringVar(&cfg.DataDir, "data-dir", server.DefaultDataDir(), "directory for the database, certificates, token and admin kubeconfig")
+	f.StringVar(&cfg.DataDir, "data-dir", server.DefaultDataDir(), "directory for the database, certificates, token and admin kubeconfig (client commands: default the data dir of $KUBECONFIG's admin.kubeconfig)")
+	// Every client command finds its server by one rule (kubeconfig.Lookup).
+	cmd.PersistentPreRun = func(sub *cobra.Command, _ []string) {
+		if sub != cmd {
+			cfg.DataDir = credential(sub, &cfg, "").ServerDataDir()
+		}
+	}
 	fl := cmd.Flags()
 	fl.IntVar(&cfg.HTTPSPort, "https-port", 9443, "HTTPS port of the API")
 	fl.StringVar(&cfg.BindAddress, "bind-address", "0.0.0.0", "address the API listens on")

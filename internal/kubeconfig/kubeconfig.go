@@ -71,6 +71,35 @@ func (l Lookup) Find() Source {
 	return dataDir
 }
 
+// ServerDataDir is the data dir of a command that reads the server's files or
+// datastore directly (history, datastore, token rotate), chosen by the same
+// rule as the credential (Find), so that every command of one shell finds
+// the same server: --data-dir when given; else, when $KUBECONFIG names one
+// admin kubeconfig inside a server's data dir (as after `make run` and the
+// README's export), that data dir; else the default data dir.
+func (l Lookup) ServerDataDir() string {
+	if l.DataDirSet {
+		return l.DataDir
+	}
+	env := l.Env
+	if env == nil {
+		env = os.Getenv
+	}
+	paths := filepath.SplitList(env(EnvVar))
+	if len(paths) != 1 || filepath.Base(paths[0]) != FileName {
+		return l.DataDir
+	}
+	dir := filepath.Dir(paths[0])
+	layout, err := datadir.New(dir)
+	if err != nil {
+		return l.DataDir
+	}
+	if _, err := os.Stat(layout.CACert); err != nil {
+		return l.DataDir // an admin.kubeconfig copied elsewhere, not a data dir
+	}
+	return layout.Dir
+}
+
 // RESTConfig finds and loads the credential, with an error that says what
 // was tried and how to point the command elsewhere.
 func (l Lookup) RESTConfig() (*rest.Config, error) {

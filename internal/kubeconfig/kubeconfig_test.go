@@ -81,3 +81,37 @@ func TestWriteFile(t *testing.T) {
 		t.Errorf("left behind: %v", entries)
 	}
 }
+
+// TestServerDataDir: the commands that read a data dir directly follow the
+// credential's rule: --data-dir, else the data dir of $KUBECONFIG's admin
+// kubeconfig, else the default.
+func TestServerDataDir(t *testing.T) {
+	data := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(data, "tls"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "tls", "ca.crt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	copied := t.TempDir() // an admin.kubeconfig copied out of its data dir
+	for _, tc := range []struct {
+		name       string
+		kubeconfig string
+		flag       bool
+		want       string
+	}{
+		{"--data-dir wins", filepath.Join(data, FileName), true, "/given"},
+		{"$KUBECONFIG in a data dir", filepath.Join(data, FileName), false, data},
+		{"$KUBECONFIG elsewhere", filepath.Join(copied, FileName), false, "/given"},
+		{"$KUBECONFIG another file", filepath.Join(data, "alice.kubeconfig"), false, "/given"},
+		{"$KUBECONFIG a list", filepath.Join(data, FileName) + string(filepath.ListSeparator) + "/x", false, "/given"},
+		{"no $KUBECONFIG", "", false, "/given"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := Lookup{DataDir: "/given", DataDirSet: tc.flag, Env: func(string) string { return tc.kubeconfig }}
+			if got := l.ServerDataDir(); got != tc.want {
+				t.Errorf("ServerDataDir() = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
