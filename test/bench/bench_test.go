@@ -349,14 +349,17 @@ type server struct {
 }
 
 func startServer(t *testing.T, bin, dsn string) *server {
-	dir := t.TempDir()
+	// The server's data dir is its own (it refuses a shared one that others
+	// may read); its log goes beside it.
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "data")
 	port := freePort(t)
 	args := []string{"--data-dir", dir, "--https-port", strconv.Itoa(port), "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1"}
 	if dsn != "" {
 		args = append(args, "--datastore-endpoint", dsn)
 	}
 	s := &server{dir: dir, url: fmt.Sprintf("https://127.0.0.1:%d", port), cmd: exec.Command(bin, args...)}
-	logf, err := os.Create(filepath.Join(dir, "server.log"))
+	logf, err := os.Create(filepath.Join(parent, "server.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
