@@ -72,23 +72,7 @@ func TestTrustProcessDriverMachines(t *testing.T) {
 	t.Setenv("MUSTER_TEST_SECRET", "s3cret-of-the-server")
 	s := startServer(t, "", processDriver)
 	killPoolAgentsAtEnd(t, s)
-	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
-	operator := userKubeconfig(t, s, "olga", "muster:operators")
-	if out, err := operatorApply(t, operator, `apiVersion: muster.io/v1alpha1
-kind: MachinePool
-metadata: {name: edge}
-spec: {cluster: edge-east, replicas: 1, template: {driver: process}}
-`); err != nil {
-		t.Fatalf("an operator's process pool on a server with --enable-process-driver: %v\n%s", err, out)
-	}
-	var machine string
-	waitFor(t, 120*time.Second, "the pool's machine Running", func() bool {
-		for m, phase := range poolMachines(s, "edge") {
-			machine = m
-			return phase == "Running"
-		}
-		return false
-	})
+	_, machine := operatorProcessMachine(t, s)
 	data, _ := filepath.Abs(s.dataDir)
 	dir := filepath.Join(processMachines(s), machine)
 	if rel, err := filepath.Rel(data, dir); err != nil || !strings.HasPrefix(rel, "..") {
@@ -413,23 +397,7 @@ func TestTrustProcessDriverAsAnotherUser(t *testing.T) {
 			}
 		}
 	})
-	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
-	operator := userKubeconfig(t, s, "olga", "muster:operators")
-	if out, err := operatorApply(t, operator, `apiVersion: muster.io/v1alpha1
-kind: MachinePool
-metadata: {name: edge}
-spec: {cluster: edge-east, replicas: 1, template: {driver: process}}
-`); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	var machine string
-	waitFor(t, 120*time.Second, "the pool's machine Running", func() bool {
-		for m, phase := range poolMachines(s, "edge") {
-			machine = m
-			return phase == "Running"
-		}
-		return false
-	})
+	operator, machine := operatorProcessMachine(t, s)
 	caKey := filepath.Join(s.dataDir, "tls", "ca.key")
 	out, errOut, code := kubectlMuster(t, operator, "exec", "machine/"+machine, "--", "sh", "-c", "id -u; cat "+caKey)
 	t.Logf("an operator's exec of `id -u; cat %s`: exit %d\n%s%s", caKey, code, out, errOut)
@@ -444,3 +412,27 @@ spec: {cluster: edge-east, replicas: 1, template: {driver: process}}
 // syscallKillGroup kills the process group pid leads (an agent the
 // process driver started in its own session).
 func syscallKillGroup(pid int) error { return syscall.Kill(-pid, syscall.SIGKILL) }
+
+// operatorProcessMachine has an operator make a one-machine process pool
+// on s (which runs with --enable-process-driver) and waits for its
+// machine to be Running: the operator's kubeconfig and the machine.
+func operatorProcessMachine(t *testing.T, s *server) (operator, machine string) {
+	t.Helper()
+	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
+	operator = userKubeconfig(t, s, "olga", "muster:operators")
+	if out, err := operatorApply(t, operator, `apiVersion: muster.io/v1alpha1
+kind: MachinePool
+metadata: {name: edge}
+spec: {cluster: edge-east, replicas: 1, template: {driver: process}}
+`); err != nil {
+		t.Fatalf("an operator's process pool on a server with --enable-process-driver: %v\n%s", err, out)
+	}
+	waitFor(t, 120*time.Second, "the pool's machine Running", func() bool {
+		for m, phase := range poolMachines(s, "edge") {
+			machine = m
+			return phase == "Running"
+		}
+		return false
+	})
+	return operator, machine
+}
