@@ -36,6 +36,7 @@ var Machine = Kind[*api.Machine]{
 		if old == nil && !slices.Contains(m.Finalizers, api.MachineLifecycleFinalizer) {
 			m.Finalizers = append(m.Finalizers, api.MachineLifecycleFinalizer)
 		}
+		syncRoleLabels(m)
 	},
 	Validate: func(m *api.Machine) field.ErrorList {
 		spec := field.NewPath("spec")
@@ -140,4 +141,21 @@ func validateMachineStatus(m, old *api.Machine) field.ErrorList {
 		errs = append(errs, validateMaxLen(cur.Message, maxMessageBytes, status.Child("message"))...)
 	}
 	return append(errs, validateConditions(cur.Conditions, prev.Conditions, status.Child("conditions"))...)
+}
+
+// syncRoleLabels makes a Machine's role labels (api.RoleLabelPrefix) say
+// exactly its spec.roles, so that "role" has one meaning and selectors can
+// select on it: the one place that decides them.
+func syncRoleLabels(m *api.Machine) {
+	for k := range m.Labels {
+		if strings.HasPrefix(k, api.RoleLabelPrefix) {
+			delete(m.Labels, k)
+		}
+	}
+	for _, r := range m.Spec.Roles {
+		if m.Labels == nil {
+			m.Labels = map[string]string{}
+		}
+		m.Labels[api.RoleLabel(r)] = "true"
+	}
 }

@@ -190,3 +190,34 @@ func TestMachineLastSeenColumn(t *testing.T) {
 		})
 	}
 }
+
+// TestRoleLabels: a Machine's role labels are its spec.roles, whatever a
+// writer sent: added, kept, and a stale or hand-written one dropped.
+func TestRoleLabels(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		roles  []string
+		labels map[string]string
+		want   map[string]string
+	}{
+		{"none", nil, nil, nil},
+		{"added", []string{"etcd", "worker"}, map[string]string{"site": "17"},
+			map[string]string{"site": "17", "role.muster.io/etcd": "true", "role.muster.io/worker": "true"}},
+		{"a role no longer held is dropped", []string{"worker"}, map[string]string{"role.muster.io/etcd": "true", "role.muster.io/worker": "false"},
+			map[string]string{"role.muster.io/worker": "true"}},
+		{"other labels stay", nil, map[string]string{"role": "worker"}, map[string]string{"role": "worker"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &api.Machine{ObjectMeta: metav1.ObjectMeta{Labels: tc.labels}, Spec: api.MachineSpec{Roles: tc.roles}}
+			Machine.Prepare(m, nil)
+			if len(m.Labels) != len(tc.want) {
+				t.Fatalf("labels %v, want %v", m.Labels, tc.want)
+			}
+			for k, v := range tc.want {
+				if m.Labels[k] != v {
+					t.Errorf("labels %v, want %v", m.Labels, tc.want)
+				}
+			}
+		})
+	}
+}

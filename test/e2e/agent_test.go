@@ -26,6 +26,10 @@ func TestJoin(t *testing.T) {
 		if out != `["worker"] 17 register` {
 			t.Errorf("machine: %q", out)
 		}
+		// Its role selects it, as plan sets and partitions select.
+		if out := s.mustKubectl("get", "machines", "-l", "role.muster.io/worker=true", "-o", "name"); strings.TrimSpace(out) != "machine.muster.io/edge-1" {
+			t.Errorf("kubectl get machines -l role.muster.io/worker=true: %q, want edge-1", out)
+		}
 		if out := s.mustKubectl("get", "clusterregistrations", "-o", "jsonpath={.items[*].status.phase}: {.items[*].status.transitions[*].event}"); out != "Granted: approve grant" {
 			t.Errorf("registrations: %q, want one Granted with its history", out)
 		}

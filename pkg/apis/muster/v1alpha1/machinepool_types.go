@@ -8,6 +8,17 @@ import (
 // that `kubectl get machines -l muster.io/pool=NAME` lists them.
 const PoolLabel = "muster.io/pool"
 
+// RoleLabelPrefix prefixes the label a Machine carries for each of its
+// spec.roles, value "true" (role.muster.io/worker: "true"), as a
+// Kubernetes node carries node-role.kubernetes.io/<role>: selectors (a
+// plan set's, a partition's, kubectl -l) select machines by role with it.
+// The server keeps these labels equal to spec.roles on every write; one
+// written by hand that spec.roles does not name is dropped.
+const RoleLabelPrefix = "role.muster.io/"
+
+// RoleLabel is the label a Machine with role carries.
+func RoleLabel(role string) string { return RoleLabelPrefix + role }
+
 // PoolRevisionLabel records the template revision a pool's Machine was made from.
 const PoolRevisionLabel = "muster.io/pool-revision"
 
