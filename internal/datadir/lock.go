@@ -22,11 +22,11 @@ func Lock(dir string) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("cannot create data dir %s: %w; choose a writable --data-dir", dir, err)
 	}
-	if err := tighten(dir); err != nil {
-		return nil, err
-	}
 	l, err := New(dir)
 	if err != nil {
+		return nil, err
+	}
+	if err := tighten(l); err != nil {
 		return nil, err
 	}
 	path := l.Lock
@@ -53,7 +53,8 @@ func Lock(dir string) (*os.File, error) {
 // holding Muster's own lock or TLS dir. A wide dir that holds other
 // files (--data-dir pointed at /var/lib, say) is refused instead:
 // tightening it would break whatever else lives there.
-func tighten(dir string) error {
+func tighten(l Layout) error {
+	dir := l.Dir
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return fmt.Errorf("data dir %s: %w; choose a writable --data-dir", dir, err)
@@ -64,10 +65,6 @@ func tighten(dir string) error {
 	mode := fi.Mode().Perm()
 	if mode&0o077 == 0 {
 		return nil
-	}
-	l, err := New(dir)
-	if err != nil {
-		return err
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/muster-io/muster/internal/datadir"
-
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -71,13 +69,7 @@ func (h HostAgentAbilities) agentConfig(acfg agent.Config) agent.Config {
 // the host joins like any other machine, with a single-use token the server
 // mints for it, and its data dir (<data-dir>/agent) keeps its certificate
 // across restarts, so it never re-registers.
-func runHostAgent(ctx context.Context, cfg Config, loopback *rest.Config, serverURL string) {
-	layout, err := datadir.New(cfg.DataDir)
-	if err != nil {
-		klog.ErrorS(err, "The host agent cannot run: its data dir is unknown")
-		return
-	}
-	dir := layout.HostAgent
+func runHostAgent(ctx context.Context, cfg Config, dir string, loopback *rest.Config, serverURL string) {
 	acfg := cfg.HostAgent.agentConfig(agent.Config{Server: serverURL, DataDir: dir, Out: &prefixWriter{prefix: "host agent: ", w: os.Stderr}, LogFormat: "text"})
 	acfg.NodeName, _ = os.Hostname()
 	acfg.NodeName = strings.ToLower(acfg.NodeName)

@@ -351,7 +351,7 @@ func run(ctx context.Context, cfg Config) error {
 	if cfg.WithAgent {
 		serverURL := "https://" + advertised
 		if err := api.AddPostStartHook("muster-host-agent", func(ctx context.Context) error {
-			go runHostAgent(ctx, cfg, api.LoopbackConfig(), serverURL)
+			go runHostAgent(ctx, cfg, layout.HostAgent, api.LoopbackConfig(), serverURL)
 			return nil
 		}); err != nil {
 			return err
