@@ -223,6 +223,12 @@ func TestAgentUpgrade(t *testing.T) {
 	}
 	t.Logf("broken build: %d plans failed, %d pending, %d machines never given the set's plan:\n%s", failed, pending, n-failed-pending, states)
 	s.mustKubectl("delete", "machineplanset", "agents-broken")
+	// The set's plans go after the set: a plan written before they are
+	// gone could be pruned with them.
+	waitFor(t, 60*time.Second, "the broken set's plans to be pruned", func() bool {
+		out, err := s.kubectl("get", "machineplans", "-l", "muster.io/plan-set=agents-broken", "-o", "name")
+		return err == nil && strings.TrimSpace(out) == ""
+	})
 
 	// Bad inputs on one machine's own plan: a wrong sha256, an unknown version.
 	one := "up-00"
