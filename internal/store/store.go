@@ -26,7 +26,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/k3s-io/kine/pkg/drivers/sqlite"
-	"github.com/k3s-io/kine/pkg/endpoint"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/klog/v2"
@@ -140,14 +139,12 @@ func Open(ctx context.Context, cfg Config) (*Datastore, error) {
 		socketDir = cfg.SocketDir
 	}
 	socket := filepath.Join(socketDir, datadir.KineSocketName)
-	kc := kineConfig(kineEndpoint, "unix://"+socket, poll)
-	kc.GRPCServer = grpcServer(WriteConcurrency(kind))
-	etcd, err := endpoint.Listen(kctx, kc)
+	served, err := serveKine(kctx, kine{dsn: kineEndpoint, socket: socket, poll: poll, grpc: grpcServer(WriteConcurrency(kind))})
 	if err != nil {
 		ds.Close()
 		return nil, fmt.Errorf("starting the %s datastore: %s", kind, redact(err.Error(), cfg.Endpoint))
 	}
-	ds.endpoints = etcd.Endpoints
+	ds.endpoints = []string{served}
 	if err := ds.waitReady(ctx); err != nil {
 		ds.Close()
 		return nil, err
@@ -164,23 +161,6 @@ func Open(ctx context.Context, cfg Config) (*Datastore, error) {
 		return nil, err
 	}
 	return ds, nil
-}
-
-// kineConfig is kine's own command-line defaults (pkg/app), which its
-// Config struct does not carry: zero values there fail or panic.
-func kineConfig(dsn, listener string, poll time.Duration) endpoint.Config {
-	return endpoint.Config{
-		Listener:            listener,
-		Endpoint:            dsn,
-		NotifyInterval:      5 * time.Second,
-		EmulatedETCDVersion: "3.6.11",
-		CompactInterval:     CompactInterval,
-		CompactTimeout:      5 * time.Second,
-		CompactMinRetain:    1000,
-		CompactBatchSize:    1000,
-		PollBatchSize:       500,
-		PollInterval:        poll,
-	}
 }
 
 func (d *Datastore) waitReady(ctx context.Context) error {
