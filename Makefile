@@ -21,7 +21,9 @@ LDFLAGS    = -X github.com/muster-io/muster/internal/version.Version=$(VERSION) 
 	$(if $(GIT_COMMIT),-X k8s.io/component-base/version.gitCommit=$(GIT_COMMIT))
 # Test binaries are few and big (kine + apiserver); one package at a time keeps
 # memory and the shared 2 cores in check, and long timeouts cover a cold cache.
-TEST_FLAGS ?= -p 1 -count=1 -timeout 45m
+# Inside test/e2e, tests that share no port, directory or process run four at
+# a time (-parallel 4): most of an e2e test is waiting on real processes.
+TEST_FLAGS ?= -p 1 -parallel 4 -count=1 -timeout 45m
 
 .DEFAULT_GOAL := all
 

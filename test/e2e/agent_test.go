@@ -12,6 +12,7 @@ import (
 // TestJoin: token create, agent join, pivot, restart without re-registering,
 // and no secret stored or logged — on SQLite and PostgreSQL.
 func TestJoin(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, endpoint string) {
 		s := startServer(t, endpoint)
 		token := newToken(t, s)

@@ -19,6 +19,7 @@ func tokenSecret(token string) string { return token[strings.LastIndex(token, ".
 // data dir with a new token, it joins at once with the new certificate and
 // the new Machine reaches Running.
 func TestAgentMachineDeletedAndRejoin(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	dir := t.TempDir()
 	a := startAgent(t, s, dir, "--token-file", writeTokenFile(t, newToken(t, s)), "--node-name", "r1")
@@ -59,6 +60,7 @@ func TestAgentMachineDeletedAndRejoin(t *testing.T) {
 // $MUSTER_TOKEN the join token's secret is nowhere in the agent's command
 // line, and the agent joins.
 func TestAgentTokenNotOnCommandLine(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	for _, how := range []string{"--token-file", "MUSTER_TOKEN"} {
 		t.Run(how, func(t *testing.T) {
@@ -91,6 +93,7 @@ func TestAgentTokenNotOnCommandLine(t *testing.T) {
 // leaves no join token in the data dir, and the next start without a token
 // says it needs one instead of silently reusing the old one.
 func TestAgentFailedJoinKeepsNoToken(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	token := newToken(t, s)
 	id := token[strings.LastIndex(token, "::")+2 : strings.LastIndex(token, ".")]
@@ -117,6 +120,7 @@ func TestAgentFailedJoinKeepsNoToken(t *testing.T) {
 // TestAgentOneAgentPerDataDir (issue 20, item 13): a second agent on the
 // data dir of a running one refuses to start, naming the first one's pid.
 func TestAgentOneAgentPerDataDir(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	dir := t.TempDir()
 	a := startAgent(t, s, dir, "--token-file", writeTokenFile(t, newToken(t, s)), "--node-name", "solo")
@@ -136,6 +140,7 @@ func TestAgentOneAgentPerDataDir(t *testing.T) {
 // it loses its server and when the server is back, and every line it
 // writes carries a timestamp.
 func TestAgentSaysWhenItLosesTheServer(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	a := startAgent(t, s, t.TempDir(), "--token-file", writeTokenFile(t, newToken(t, s)), "--node-name", "loser")
 	a.waitOutput("running as machine loser", 60*time.Second)
@@ -156,6 +161,7 @@ func TestAgentSaysWhenItLosesTheServer(t *testing.T) {
 // timeout, and why a plan failed (a timeout, a file that cannot be
 // written) is in the MachinePlan's status, where kubectl shows it.
 func TestAgentPlanLimitsAndReasons(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	a := startAgent(t, s, t.TempDir(), "--token-file", writeTokenFile(t, newToken(t, s)), "--node-name", "limits")
 	a.waitOutput("running as machine limits", 60*time.Second)
@@ -205,6 +211,7 @@ func TestAgentPlanLimitsAndReasons(t *testing.T) {
 // certificate, waits for the server instead of giving up, and runs once
 // the server is back.
 func TestAgentRidesThroughServerDownAtStart(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	tokenFile := writeTokenFile(t, newToken(t, s))
 	dir := t.TempDir()
@@ -228,6 +235,7 @@ func TestAgentRidesThroughServerDownAtStart(t *testing.T) {
 // --node-name, --label or --role than it registered with, the agent keeps
 // its Machine and says so, with the command that makes the change.
 func TestAgentWarnsWhenFlagsDiffer(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	dir := t.TempDir()
 	a := startAgent(t, s, dir, "--token-file", writeTokenFile(t, newToken(t, s)), "--node-name", "drift-1", "--label", "site=17", "--role", "worker")

@@ -19,6 +19,7 @@ import (
 // muster asks the kube-apiserver (SubjectAccessReview) what a user may do,
 // and agents keep joining muster directly.
 func TestAggregatedMode(t *testing.T) {
+	t.Parallel()
 	peer := peerDir(t)
 	kube, proxy := startKubeAPIServer(t, peer)
 	ip := hostIP(t)

@@ -10,6 +10,7 @@ import (
 // operator; a denial stops the agent with the reason; deleting a Machine
 // voids its certificate and frees its node name for a fresh join.
 func TestManualApprovalDenialAndRejoin(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	manual := newToken(t, s, "--manual-approval")
 
@@ -75,6 +76,7 @@ func TestManualApprovalDenialAndRejoin(t *testing.T) {
 // knows, sees what waits with 'registration list', and the waiting agent
 // names its registration and the command that approves it.
 func TestRegistrationByNodeName(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	manual := newToken(t, s, "--manual-approval")
 	first := startAgent(t, s, t.TempDir(), "--token", manual, "--node-name", "by-node")

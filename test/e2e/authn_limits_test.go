@@ -28,6 +28,7 @@ import (
 // polled every few milliseconds from the moment its port opens; until it
 // can judge the token it holds the request or answers 503 with Retry-After.
 func TestRestartNeverRefusesValidToken(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	token := bearerOf(newToken(t, s))
 	const path = "/apis/muster.io/v1alpha1/clusterregistrations/probe-after-restart"
@@ -80,6 +81,7 @@ func TestRestartNeverRefusesValidToken(t *testing.T) {
 // On PostgreSQL the watches are held on a second server of the deployment
 // and the Machine is deleted through the first.
 func TestVoidedCertificateEndsWatches(t *testing.T) {
+	t.Parallel()
 	t.Run("sqlite", func(t *testing.T) {
 		s := startServer(t, "")
 		voidedCertificateEndsWatches(t, s, s)
@@ -179,6 +181,7 @@ func voidedCertificateEndsWatches(t *testing.T, s, watched *server) {
 // a few watches; past the limit the server answers 429 with Retry-After
 // and says why, and a watch may open again once one has ended.
 func TestAgentWatchLimit(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	dir := t.TempDir()
 	a := startAgent(t, s, dir, "--token", newToken(t, s), "--node-name", "watcher")
@@ -238,6 +241,7 @@ func TestAgentWatchLimit(t *testing.T) {
 // past a limit and are logged by sample, not a line each; an unknown
 // token id costs no datastore read, as a known one does not.
 func TestFailedTokenAuthenticationsLimited(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	good := newToken(t, s)
 	id := bearerOf(good)[:strings.Index(bearerOf(good), ".")]
@@ -317,6 +321,7 @@ func TestFailedTokenAuthenticationsLimited(t *testing.T) {
 // another is still accepted, not refused while that server's cache
 // catches up.
 func TestTokenUsableAtOnceOnAnotherServer(t *testing.T) {
+	t.Parallel()
 	servers := startHA(t, pgtest.DSN(t), 2)
 	admin := clientVia(t, servers[0], servers[0])
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: servers[1].caPool()}}}

@@ -22,6 +22,7 @@ import (
 // found holding: against a real server, with a real agent's certificate and
 // real join tokens, each request gets exactly the answer below.
 func TestAuthorizationThatHeld(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	tokenA, tokenB := newToken(t, s), newToken(t, s)
 	dir := t.TempDir()

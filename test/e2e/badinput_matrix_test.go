@@ -55,6 +55,7 @@ type matrixRow struct {
 // checks the answer's code and message and that the datastore is exactly
 // as it was. docs/security.md ("Bad-input matrix") lists the rows.
 func TestBadInputMatrix(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	ctx := context.Background()
 	admin := adminClient(t, s)

@@ -38,6 +38,7 @@ import (
 // bench-peer` at full scale (MUSTER_BENCH_PEER_OBJECTS=5000,
 // MUSTER_BENCH_PEER_WATCHES=2000).
 func TestBenchPeer(t *testing.T) {
+	// Not parallel: measures figures, so it runs alone.
 	objects := envInt(t, "MUSTER_BENCH_PEER_OBJECTS", 200)
 	watches := envInt(t, "MUSTER_BENCH_PEER_WATCHES", 100)
 	clients := envInt(t, "MUSTER_BENCH_PEER_CLIENTS", 64)

@@ -21,6 +21,7 @@ import (
 // waiting; every recorded transition is legal; and the simulator rode
 // through the outages and says so instead of dying.
 func TestChaosServerKilledWhileFleetJoins(t *testing.T) {
+	// Not parallel: a joining fleet keeps a core busy.
 	const agents, kills = 200, 4
 	s := startServer(t, "")
 	ctx := context.Background()

@@ -16,6 +16,7 @@ import (
 // subcommand fails, a missing argument is named, token list speaks json and
 // yaml, and no help line states its default twice.
 func TestCLIConventions(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	for bin, name := range map[string]string{serverBin: "muster-server", agentBin: "muster-agent"} {
 		out, err := runIn(t.TempDir(), nil, bin, "version")
@@ -76,6 +77,7 @@ func TestCLIConventions(t *testing.T) {
 // generated; SIGTERM and SIGINT both stop the server with exit 0 and a last
 // line saying so, also while it is still starting.
 func TestServerStartAndStop(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -120,6 +122,7 @@ func TestServerStartAndStop(t *testing.T) {
 // (it failed to parse the placeholder v0.0.0-master+$Format:%H$). The
 // version is linked in by the Makefile, so this needs its binary.
 func TestKubectlVersion(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("MUSTER_SERVER_BIN") == "" {
 		t.Skip("the version is set by `make build`'s link flags: run with MUSTER_SERVER_BIN=bin/muster-server (make test does)")
 	}

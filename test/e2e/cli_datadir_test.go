@@ -17,6 +17,7 @@ import (
 // API (token list) and those that read its data dir directly (history,
 // datastore snapshot), even as root, whose default data dir is elsewhere.
 func TestClientCommandsFollowKubeconfig(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	j := newJoiner("follow-1")
 	if _, err := j.register(context.Background(), tokenClient(s, newToken(t, s)), metav1.CreateOptions{}, nil); err != nil {

@@ -20,6 +20,7 @@ import (
 // credential as kubectl does — --kubeconfig, then $KUBECONFIG, then the data
 // dir — and `kubeconfig --output` never leaves a broken file behind.
 func TestClientSubcommandsFindTheCredential(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	elsewhere := t.TempDir() // not the data dir, not the default one
 	withEnv := []string{"KUBECONFIG=" + s.kubeconfig()}
@@ -104,6 +105,7 @@ func TestClientSubcommandsFindTheCredential(t *testing.T) {
 // TestTokenCreateRefusesNegativeTTL: a negative --ttl is refused with a
 // message, and no token is created (it used to make one that never expires).
 func TestTokenCreateRefusesNegativeTTL(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	out, err := s.musterErr("token", "create", "--ttl", "-5h")
 	if err == nil || !strings.Contains(out, "--ttl -5h0m0s is negative") {
@@ -123,6 +125,7 @@ func TestTokenCreateRefusesNegativeTTL(t *testing.T) {
 // endpoint (with its password) can come from files or the environment, and
 // are then not in the process's command line.
 func TestServerSecretsOffTheCommandLine(t *testing.T) {
+	// Not parallel: sets the process environment, which parallel tests would inherit.
 	secrets := t.TempDir()
 	token := "tour-" + strings.Repeat("7", 40)
 	tokenFile := filepath.Join(secrets, "token")

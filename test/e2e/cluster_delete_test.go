@@ -35,6 +35,7 @@ func drainSetDoc(name, cluster, drain, timeout string) string {
 // certificates are refused at once, and a join with the bound token says
 // what happened. A dry-run delete changes nothing. SQLite and PostgreSQL.
 func TestClusterDeleteCascades(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, endpoint string) {
 		s := startServer(t, endpoint)
 		f := filepath.Join(t.TempDir(), "cluster.yaml")
@@ -128,6 +129,7 @@ func TestClusterDeleteCascades(t *testing.T) {
 // hold the machine: it moves on to Deleting with reason DrainTimedOut, and
 // a Warning event says so.
 func TestDrainTimeout(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	f := filepath.Join(t.TempDir(), "cluster.yaml")
 	if err := os.WriteFile(f, []byte("apiVersion: muster.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: slow\n"), 0o644); err != nil {
@@ -165,6 +167,7 @@ func TestDrainTimeout(t *testing.T) {
 // WaitCheckIn), and Deleting cannot be written on a cluster that was not
 // deleted, since nothing leaves it.
 func TestClusterPhaseTruthful(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	f := filepath.Join(t.TempDir(), "cluster.yaml")
 	if err := os.WriteFile(f, []byte("apiVersion: muster.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: empty\n"), 0o644); err != nil {
@@ -197,6 +200,7 @@ func TestClusterPhaseTruthful(t *testing.T) {
 // its machines again, so deleting the cluster deletes the pool too, with
 // its machines, their hosts (agent processes) and the pool's join tokens.
 func TestClusterDeleteTakesItsPool(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "", processDriver)
 	killPoolAgentsAtEnd(t, s)
 	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))

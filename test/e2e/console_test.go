@@ -213,6 +213,7 @@ func eval[T any](t *testing.T, ctx context.Context, js string, opts ...chromedp.
 
 // TestConsole: a real chromium against a real server and real agents.
 func TestConsole(t *testing.T) {
+	// Not parallel: a headless browser keeps a core busy.
 	chromiumPath(t)
 	s := startServer(t, "")
 	t.Cleanup(func() {
@@ -452,6 +453,7 @@ func jsFetchJSON(t *testing.T, ctx context.Context, method, path, contentType, b
 // while the page watches, the operator pauses it and revokes the token; a
 // viewer sees neither page's controls and is refused a crafted request.
 func TestConsolePages(t *testing.T) {
+	// Not parallel: a headless browser keeps a core busy.
 	chromiumPath(t)
 	s := startServer(t, "")
 	t.Cleanup(func() {

@@ -32,6 +32,7 @@ type transitionKey struct {
 // recorded, each once. Then a revoked and deleted token's history is still
 // printed by `muster-server history`.
 func TestDatastoreHistorySurvivesKill9(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, endpoint string) {
 		// make test: 40 agents; MUSTER_DATASTORE_SCALE=full: the issue's 200
 		// joins, with plan changes going on throughout.

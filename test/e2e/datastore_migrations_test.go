@@ -37,6 +37,7 @@ func openDatastoreSQL(t *testing.T, s *server) *sql.DB {
 // up, the migrations are applied once (one row per version, one "Applied"
 // line per version across both logs).
 func TestDatastoreMigrationsOnceWhenServersStartTogether(t *testing.T) {
+	t.Parallel()
 	dsn := backends[1].endpoint(t)
 	token, err := bootstrap.NewToken()
 	if err != nil {
@@ -86,6 +87,7 @@ func TestDatastoreMigrationsOnceWhenServersStartTogether(t *testing.T) {
 // server migrated it) refuses to start, naming both versions, and changes
 // nothing.
 func TestDatastoreRefusesNewerSchema(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, endpoint string) {
 		s := startServer(t, endpoint)
 		s.stop()

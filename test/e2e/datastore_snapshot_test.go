@@ -169,6 +169,7 @@ func agentsWork(t *testing.T, s *server, names []string) {
 // certificates, and no agent registers again. Then back to SQLite.
 // (make bench: 10,000 objects and 20 agents with MUSTER_DATASTORE_SCALE=full.)
 func TestDatastoreMigrateSQLiteToPostgres(t *testing.T) {
+	t.Parallel()
 	objects, agents := datastoreScale()
 	s, names := fleet(t, objects, agents)
 	before := readObjects(t, adminClient(t, s))
@@ -208,6 +209,7 @@ func TestDatastoreMigrateSQLiteToPostgres(t *testing.T) {
 // carry on without registering. (Each snapshot is of the server the agents
 // last saw: see docs/datastore.md on restoring an older snapshot.)
 func TestDatastoreSnapshotRestore(t *testing.T) {
+	t.Parallel()
 	objects, agents := datastoreScale()
 	cur, names := fleet(t, objects, agents)
 	tokenFile := writeSecretFile(t, serverToken(t, cur))
@@ -262,6 +264,7 @@ func datastoreScale() (objects, agents int) {
 // TestDatastoreScheduledSnapshots: --snapshot-interval takes snapshots
 // (mode 0600) and --snapshot-retention keeps the newest.
 func TestDatastoreScheduledSnapshots(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "", "--snapshot-interval", "1s", "--snapshot-retention", "2")
 	dir := filepath.Join(s.dataDir, "snapshots")
 	waitFor(t, 60*time.Second, "four scheduled snapshots", func() bool {

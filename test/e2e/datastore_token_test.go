@@ -16,6 +16,7 @@ import (
 // with it, the joined agent carries on without registering again, and the
 // old token no longer opens the datastore.
 func TestDatastoreTokenRotate(t *testing.T) {
+	t.Parallel()
 	dsn := backends[1].endpoint(t)
 	servers := startHA(t, dsn, 2)
 	s1, s2 := servers[0], servers[1]

@@ -27,6 +27,7 @@ func etcdTLSArgs(e *etcdtest.Etcd) []string {
 // server on the same etcd serves the same objects and its watch sees them;
 // history says it needs SQL; snapshot works through the etcd API.
 func TestEtcdTLS(t *testing.T) {
+	t.Parallel()
 	e := etcdtest.Start(t)
 	s1 := startServer(t, e.Endpoint, append(etcdTLSArgs(e), "--snapshot-interval", "1s")...)
 	for _, want := range []string{"The datastore is an external etcd", "transition history", "etcdVersion=\"3.4", "lacks reliable watch progress requests"} {
@@ -103,6 +104,7 @@ func TestEtcdTLS(t *testing.T) {
 // users can read, each stop the server at once with a message naming the
 // flag to fix.
 func TestEtcdRefusals(t *testing.T) {
+	t.Parallel()
 	e := etcdtest.Start(t)
 	foreignCert, foreignKey := e.ForeignClientCert(t)
 	openKey := filepath.Join(t.TempDir(), "client.key")
@@ -152,6 +154,7 @@ func TestEtcdRefusals(t *testing.T) {
 // same address) serves the same machine, its agent carries on with its
 // certificate and applies a new plan, and a second restore is refused.
 func TestEtcdSnapshotRestore(t *testing.T) {
+	t.Parallel()
 	a := etcdtest.Start(t)
 	s := startServer(t, a.Endpoint, etcdTLSArgs(a)...)
 	agent := startAgent(t, s, t.TempDir(), "--token", newToken(t, s), "--node-name", "etcd-move")
@@ -193,6 +196,7 @@ func TestEtcdSnapshotRestore(t *testing.T) {
 // files as flags); the server on etcd serves the same objects and the
 // agent carries on with its certificate.
 func TestEtcdMigrateFromSQLite(t *testing.T) {
+	t.Parallel()
 	s, names := fleet(t, 20, 1)
 	before := readObjects(t, adminClient(t, s))
 	s.stop()
@@ -213,6 +217,7 @@ func TestEtcdMigrateFromSQLite(t *testing.T) {
 // waits for every few seconds, then gives up naming the endpoint and the
 // flags to check, instead of hanging silently.
 func TestEtcdServerSaysItWaits(t *testing.T) {
+	t.Parallel()
 	e := etcdtest.Start(t) // for its TLS files; the endpoint below is not it
 	endpoint := fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
 	s := newServer(t, "127.0.0.1", endpoint, etcdTLSArgs(e)...)

@@ -38,6 +38,7 @@ func eventRows(t *testing.T, s *server, args ...string) []string {
 // expire after --event-ttl; machines and join tokens may neither read nor
 // write them. On SQLite and PostgreSQL: retention is the datastore's.
 func TestEvents(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, testEvents)
 }
 
@@ -158,6 +159,7 @@ func testEvents(t *testing.T, endpoint string) {
 // events (the spam filter is keyed by reason, not by machine), yet every
 // kind of thing that happened is there to see.
 func TestEventStorm(t *testing.T) {
+	t.Parallel()
 	const count = 200
 	s := startServer(t, "")
 	c := adminClient(t, s)
@@ -221,6 +223,7 @@ func TestEventStorm(t *testing.T) {
 // heard the agent, not the coarsely persisted status.lastSeen; -o wide adds
 // addresses and the agent's version; kubectl explain lists the phases.
 func TestMachineTable(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	a := startAgent(t, s, t.TempDir(), "--token", newToken(t, s), "--node-name", "tab-1")
 	a.waitOutput("running as machine tab-1", 30*time.Second)
@@ -276,6 +279,7 @@ func TestMachineTable(t *testing.T) {
 // TestHAMachineTable (issue 20, item 8): every server shows as LAST-SEEN
 // when any server last heard the agent, not only the one it talks to.
 func TestHAMachineTable(t *testing.T) {
+	t.Parallel()
 	servers := startHA(t, pgtest.DSN(t), 2)
 	admin := servers[0]
 	a := startAgent(t, admin, t.TempDir(), "--token", newToken(t, admin), "--node-name", "hatab-1")

@@ -39,12 +39,14 @@ func heardBy(c clientset.Interface) (map[string]time.Duration, error) {
 // plan updates made during the failover are applied, no machine is
 // duplicated; the killed server, restarted, rejoins the set.
 func TestHAAgentFailover(t *testing.T) {
+	t.Parallel()
 	haAgentFailover(t, startHA(t, pgtest.DSN(t), 3))
 }
 
 // TestEtcdHAAgentFailover: the same on three servers sharing a real etcd
 // with TLS client certificates.
 func TestEtcdHAAgentFailover(t *testing.T) {
+	t.Parallel()
 	e := etcdtest.Start(t)
 	haAgentFailover(t, startHA(t, e.Endpoint, 3, etcdTLSArgs(e)...))
 }

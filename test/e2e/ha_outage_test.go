@@ -18,6 +18,7 @@ import (
 // writes with 503; when PostgreSQL returns they recover by themselves,
 // and nothing written before is lost.
 func TestHADatastoreOutage(t *testing.T) {
+	t.Parallel()
 	pg := startOwnPostgres(t)
 	dsn := pg.dsn
 

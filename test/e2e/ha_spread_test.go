@@ -22,6 +22,7 @@ import (
 // not all to the same one. Which server carries an agent is measured from
 // the servers' side: the one that hears its heartbeats.
 func TestHAAgentsSpread(t *testing.T) {
+	t.Parallel()
 	const agents = 12
 	servers := startHA(t, pgtest.DSN(t), 3)
 	admin := servers[0]

@@ -27,6 +27,7 @@ import (
 // publishes its ServerEndpoint and withdraws it when stopped, and a server
 // with the wrong token refuses to start and changes nothing.
 func TestHASharedControlPlane(t *testing.T) {
+	t.Parallel()
 	servers := startHA(t, pgtest.DSN(t), 3)
 	s1, s2, s3 := servers[0], servers[1], servers[2]
 
@@ -150,6 +151,7 @@ func leaderOf(t *testing.T, c clientset.Interface, servers []*server) *server {
 // TestHALeaderTakeover: kill -9 the controller leader; another server takes
 // the lease within ~15 s, and a registration started in the gap completes.
 func TestHALeaderTakeover(t *testing.T) {
+	t.Parallel()
 	servers := startHA(t, pgtest.DSN(t), 3)
 	c := clientVia(t, servers[0], servers[0])
 	var old *server

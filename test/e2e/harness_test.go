@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/muster-io/muster/internal/testenv/pgtest"
@@ -81,15 +82,36 @@ func forEachBackend(t *testing.T, fn func(t *testing.T, endpoint string)) {
 	}
 }
 
+// freePort hands out a port no other test of this run was given and that
+// nothing listens on now. Tests run in parallel, and a port asked of the
+// kernel (":0") comes from the ephemeral range, where it can be handed out
+// again, or taken by any outgoing connection, before the server that was
+// to listen on it starts; these come from below that range, each once.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		port := int(portBase + nextPort.Add(1)%portSpan)
+		l, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
+		if err != nil {
+			continue // in use by something outside this run
+		}
+		l.Close()
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
+
+const (
+	// portBase and portSpan stay below Linux's default ephemeral range
+	// (32768-60999, /proc/sys/net/ipv4/ip_local_port_range).
+	portBase = 20000
+	portSpan = 12000
+)
+
+// nextPort starts at a place of its own per test binary, so that two runs
+// on one machine seldom try the same ports.
+var nextPort atomic.Int64
+
+func init() { nextPort.Store(int64(os.Getpid() % portSpan)) }
 
 // syncBuffer collects a process's output from its two pipes.
 type syncBuffer struct {

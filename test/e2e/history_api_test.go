@@ -23,6 +23,7 @@ type historyAnswer struct {
 // agent may not read it, bad input is a 400 and an unknown name a 404, and
 // a deleted machine's history is still served.
 func TestMachineHistoryAPI(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, endpoint string) {
 		s := startServer(t, endpoint)
 		dir := t.TempDir()

@@ -110,6 +110,7 @@ func assertInstalled(t *testing.T, r installRoot, s *server, token, out string) 
 // server, must fail loudly and install nothing; and `token create
 // --install-command` prints exactly the README's command for its server.
 func TestReadmeInstall(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	readme := readmeInstallCommand(t)
 
@@ -177,6 +178,7 @@ func TestReadmeInstall(t *testing.T) {
 // binary, and puts what it prints into a plan's agentUpgrade.sha256 as the
 // README says: the server must take it, and it must be the binary's hash.
 func TestReadmeAgentSha256(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -231,6 +233,7 @@ func TestReadmeAgentSha256(t *testing.T) {
 // runs with sh -c is clean under shellcheck, as install.sh is: it runs in
 // whatever POSIX sh the host has.
 func TestReadmeInstallShellcheck(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("shellcheck"); err != nil {
 		t.Fatalf("shellcheck is not installed (apt-get install shellcheck; .ci/run installs it): %v", err)
 	}
@@ -254,6 +257,7 @@ func TestReadmeInstallShellcheck(t *testing.T) {
 // as that Machine. The test plays the host: the driver only records what
 // it was given.
 func TestMachinePoolDriverBootstrap(t *testing.T) {
+	t.Parallel()
 	drivers, handed := t.TempDir(), t.TempDir()
 	driver := `#!/bin/sh
 case "$1" in

@@ -119,6 +119,7 @@ func mode(t *testing.T, path string) os.FileMode {
 // throwaway root with the right modes; systemd accepts the unit; the unit's
 // own command joins the machine; the uninstall script removes every file.
 func TestInstallScript(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS != "linux" {
 		t.Fatalf("install.sh installs on Linux; this test runs on %s", runtime.GOOS)
 	}
@@ -194,6 +195,7 @@ func TestInstallScript(t *testing.T) {
 // the script before it downloads anything; a binary whose SHA-256 is not the
 // one published stops it before it installs anything.
 func TestInstallScriptRefuses(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	token := newToken(t, s)
 
@@ -266,6 +268,7 @@ func tamperingMirror(t *testing.T, s *server) string {
 
 // TestInstallShellcheck: the served install script is clean under shellcheck.
 func TestInstallShellcheck(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("shellcheck"); err != nil {
 		t.Fatalf("shellcheck is not installed (apt-get install shellcheck; .ci/run installs it): %v", err)
 	}
@@ -290,6 +293,7 @@ func TestInstallShellcheck(t *testing.T) {
 // token typed by anyone, and after a restart the host is the same machine,
 // not a new registration.
 func TestWithAgent(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "", "--with-agent")
 	host, _ := os.Hostname()
 	host = strings.ToLower(host)
@@ -326,6 +330,7 @@ func TestWithAgent(t *testing.T) {
 // service that also runs its host's agent, its server token in the 0600
 // env file, and its uninstall script removes it all.
 func TestInstallScriptServer(t *testing.T) {
+	t.Parallel()
 	r := newInstallRoot(t)
 	if err := os.MkdirAll(r.binDir, 0o755); err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 // TestJoinBadInputs is the whole matrix of refused joins and out-of-bounds
 // requests: each gets a clear message and changes nothing it should not.
 func TestJoinBadInputs(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	good := newToken(t, s)
 	caHash := good[3:strings.Index(good, "::")]
@@ -224,6 +225,7 @@ func TestJoinBadInputs(t *testing.T) {
 // TestFiftyAgentsJoinAtOnce: one token, 50 agent processes at once → 50
 // machines, 50 granted registrations, no orphans.
 func TestFiftyAgentsJoinAtOnce(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	token := newToken(t, s)
 	const n = 50
@@ -262,6 +264,7 @@ func TestFiftyAgentsJoinAtOnce(t *testing.T) {
 // from one clientID end as one Machine and one registration (Fleet once piled
 // up thousands of orphaned requests).
 func TestConcurrentRegistrationsFromOneClient(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	token := newToken(t, s)
 	caPEM, _ := os.ReadFile(filepath.Join(s.dataDir, "tls", "ca.crt"))

@@ -12,6 +12,7 @@ import (
 
 // TestKubectlTour is the README's 5-minute tour, on each backend.
 func TestKubectlTour(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, endpoint string) {
 		s := startServer(t, endpoint)
 
@@ -165,6 +166,7 @@ func waitLine(t *testing.T, lines <-chan string, want string) {
 
 // TestBadManifests: each bad object is refused with a message naming the field.
 func TestBadManifests(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	s.mustKubectl("apply", "-f", testdata("manifests", "cluster.yaml"))
 	cases := []struct {

@@ -14,6 +14,7 @@ import (
 // TestMachineLifecycle: a joined machine runs its plans through the whole
 // lifecycle, on SQLite and PostgreSQL.
 func TestMachineLifecycle(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, endpoint string) {
 		s := startServer(t, endpoint, "--agent-silence-threshold", "6s")
 		work := t.TempDir()
@@ -116,6 +117,7 @@ func assertLegalHistory(t *testing.T, s *server, machine string) {
 // TestPlanSurvivesAgentCrash: kill -9 the agent in the middle of a plan
 // that takes seconds; on restart it runs the plan again and reports it.
 func TestPlanSurvivesAgentCrash(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	dir, work := t.TempDir(), t.TempDir()
 	a := startAgent(t, s, dir, "--token", newToken(t, s), "--node-name", "crash-1")
@@ -150,6 +152,7 @@ func TestPlanSurvivesAgentCrash(t *testing.T) {
 // is not Running; when the probe passes it is, and a later failure past the
 // threshold is reported in the plan's status.
 func TestProbesGateRunning(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	a := startAgent(t, s, t.TempDir(), "--token", newToken(t, s), "--node-name", "probed-1")
 	a.waitOutput("running as machine probed-1", 30*time.Second)

@@ -12,6 +12,7 @@ import (
 // TestRestartKeepsData: objects survive a clean stop and a kill -9, and
 // resourceVersions keep increasing across restarts.
 func TestRestartKeepsData(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, endpoint string) {
 		s := startServer(t, endpoint)
 		s.mustKubectl("apply", "-f", testdata("manifests", "cluster.yaml"))
@@ -51,6 +52,7 @@ func resourceVersion(t *testing.T, s *server, kind, name string) int64 {
 
 // TestAnonymousAccess: only the public endpoints answer without credentials.
 func TestAnonymousAccess(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	ca, err := os.ReadFile(filepath.Join(s.dataDir, "tls", "ca.crt"))
 	if err != nil {
@@ -91,6 +93,7 @@ func TestAnonymousAccess(t *testing.T) {
 
 // TestDatastoreErrors: a bad datastore is a clear error and an exit, not a panic.
 func TestDatastoreErrors(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name     string
 		endpoint string

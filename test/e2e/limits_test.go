@@ -27,6 +27,7 @@ import (
 // 1–2 MiB was stored, and so were a 1.4 MB condition with status Bogus, a
 // setuid mode and a node password of 32 'a's.
 func TestLimits(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	c := adminClient(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -13,6 +13,7 @@ import (
 // there says what it waits for every few seconds, without the password,
 // instead of saying nothing until it gives up.
 func TestServerSaysItWaitsForTheDatastore(t *testing.T) {
+	t.Parallel()
 	port := freePort(t) // nothing listens there
 	s := newServer(t, "127.0.0.1", fmt.Sprintf("postgres://muster:hunter2secret@127.0.0.1:%d/muster", port))
 	s.launch()
@@ -27,6 +28,7 @@ func TestServerSaysItWaitsForTheDatastore(t *testing.T) {
 // TestAgentStopsCleanly: SIGTERM and SIGINT stop the agent with exit 0 and
 // a last line, while it runs and while it is still joining.
 func TestAgentStopsCleanly(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		a := startAgent(t, s, t.TempDir(), "--token", newToken(t, s), "--node-name", strings.ToLower("stop-"+sig.String()[:3]+fmt.Sprint(int(sig))))
@@ -54,6 +56,7 @@ func TestAgentStopsCleanly(t *testing.T) {
 // is refused at once with the URL to use; one without a port says, after a
 // few tries, that it dials 443.
 func TestAgentServerURLMessages(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	tok := newToken(t, s)
 	hostPort := strings.TrimPrefix(s.url(), "https://")
@@ -79,6 +82,7 @@ func TestAgentServerURLMessages(t *testing.T) {
 // the agent what to do; the server's log names the token id and the
 // client's address, never the secret.
 func TestWrongJoinTokenMessages(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	tok := newToken(t, s)
 	prefix, secret, _ := strings.Cut(tok, ".")
@@ -106,6 +110,7 @@ func TestWrongJoinTokenMessages(t *testing.T) {
 // klog (no logrus lines in the text log), and with --log-format json every
 // line of either binary is a JSON object.
 func TestLogFormat(t *testing.T) {
+	t.Parallel()
 	text := startServer(t, "")
 	if log := text.log.String(); strings.Contains(log, "level=info msg=") || !strings.Contains(log, `component="kine"`) {
 		t.Errorf("kine's lines should come through klog, as every other line does:\n%s", log)

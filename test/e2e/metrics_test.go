@@ -32,6 +32,7 @@ import (
 // metric the rules and the dashboard name is in the exposition; the
 // rules' own tests (deploy/prometheus/alerts_test.yml) pass.
 func TestMetricsWithPrometheus(t *testing.T) {
+	t.Parallel()
 	prometheus, promtool := lookPath(t, "prometheus"), lookPath(t, "promtool")
 	s := startServer(t, "")
 	certFile, keyFile := metricsReaderCert(t, s)

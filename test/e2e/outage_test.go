@@ -13,6 +13,7 @@ import (
 // itself with nothing lost. The PostgreSQL here is the test's own, so that
 // stopping it disturbs no other test.
 func TestReadyzFollowsDatastore(t *testing.T) {
+	t.Parallel()
 	pg := startOwnPostgres(t)
 	dsn := pg.dsn
 

@@ -19,6 +19,7 @@ import (
 // first one, however the machines change in between, and is read from the
 // watch cache's snapshot of that revision, not from the datastore.
 func TestListPagingWithGeneratedClient(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, endpoint string) {
 		s := startServer(t, endpoint)
 		cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig())

@@ -11,6 +11,7 @@ import (
 // is deleted: with the set's plan gone nothing failed and nothing is left
 // to apply, so it goes back to Running by itself (issue 33, item 7).
 func TestPlanSetDeletedMachineRecovers(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	token := newToken(t, s)
 	runAgentBinaryEnv(t, []string{"PLANSET_OUT=" + t.TempDir()},

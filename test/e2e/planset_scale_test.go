@@ -47,6 +47,7 @@ func planSetMachines(t testing.TB, def int) int {
 // more than 10% of the fleet unavailable. 100 machines in `make test`, the
 // issue's 1,000 with MUSTER_DATASTORE_SCALE=full.
 func TestPlanSetRollout1000(t *testing.T) {
+	// Not parallel: measures figures, so it runs alone.
 	n := planSetMachines(t, 100)
 	forEachBackend(t, func(t *testing.T, endpoint string) {
 		r := rolloutPlanSet(t, endpoint, n)
@@ -500,6 +501,7 @@ func (w *rolloutWatcher) result() rollout {
 // revision even when the two watches deliver out of step, and still
 // catches a real overlap.
 func TestRolloutWatcherOrder(t *testing.T) {
+	t.Parallel()
 	machine := func(name string, rv int, phase api.MachinePhase) *api.Machine {
 		return &api.Machine{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: strconv.Itoa(rv)}, Status: api.MachineStatus{Phase: phase}}
 	}

@@ -14,6 +14,7 @@ import (
 // a machine relabelled out loses the set's plan; a hand-written plan and a
 // machine two sets select are left alone, with a Conflict; bad sets are 422.
 func TestPlanSet(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	token := newToken(t, s)
 	out := map[string]string{}
@@ -189,6 +190,7 @@ func TestPlanSet(t *testing.T) {
 // plan; with onUnmatch: RemoveFiles the agent first deletes the files the
 // template wrote, by default (Keep) they stay.
 func TestPlanSetOnUnmatch(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	token := newToken(t, s)
 	dirs := map[string]string{"um-remove": t.TempDir(), "um-keep": t.TempDir()}

@@ -37,6 +37,7 @@ func runningPID(pidFile string) int {
 // Running with the join token only in the 0600 env file; deleting the pool
 // uninstalls the agent: its process stops and its files go.
 func TestMachinePoolSSHDriver(t *testing.T) {
+	t.Parallel()
 	h := sshtest.Start(t)
 	s := startServer(t, "")
 	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))

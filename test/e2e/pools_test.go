@@ -62,6 +62,7 @@ func samePoolHosts(t *testing.T, s *server, pool string) {
 // policy's machines go, with their processes and data dirs — and leaves
 // nothing behind when deleted. On SQLite and on PostgreSQL.
 func TestMachinePoolProcessDriver(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, endpoint string) {
 		s := startServer(t, endpoint, processDriver)
 		killPoolAgentsAtEnd(t, s)
@@ -167,6 +168,7 @@ spec:
 // restart the pool converges with no duplicate Machine and no leaked
 // process or directory.
 func TestMachinePoolServerKilled(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, testMachinePoolServerKilled)
 }
 
@@ -228,6 +230,7 @@ spec:
 // killed agent's machine is replaced after unhealthyTimeout; with every
 // machine down and maxUnhealthy 1, nothing is replaced and the pool says why.
 func TestMachinePoolRollAndRemediate(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, testMachinePoolRollAndRemediate)
 }
 
@@ -323,6 +326,7 @@ spec:
 // failing leaves, after its retries, a Failed Machine carrying the driver's
 // own message, and the pool says what failed.
 func TestMachinePoolDriverFailure(t *testing.T) {
+	t.Parallel()
 	drivers := t.TempDir()
 	// It answers schema (admission asks it, and takes no config) and fails
 	// every create.
@@ -429,6 +433,7 @@ func writeFile(t *testing.T, name, content string) string {
 // stored; a driver that cannot print its schema refuses the pool with
 // the driver's reason. Users read the schemas with kubectl get --raw.
 func TestMachinePoolDriverSchema(t *testing.T) {
+	t.Parallel()
 	drivers := t.TempDir()
 	scripts := map[string]string{
 		// A driver with config; creates fail, as no pool here scales up.

@@ -86,6 +86,7 @@ func pattern(shown string) *regexp.Regexp {
 // own, and checks that each command succeeds and prints what the README
 // shows. `make run` must serve on loopback only.
 func TestReadmeTour(t *testing.T) {
+	// Not parallel: runs make in the checkout, as a newcomer does.
 	repo, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
@@ -238,6 +239,7 @@ func nonLoopbackIPv4() string {
 // uses only flags the binaries have, so a renamed flag cannot leave the
 // README behind.
 func TestReadmeFlagsExist(t *testing.T) {
+	// Not parallel: runs make in the checkout, as a newcomer does.
 	repo, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 // Unavailable within a threshold of the start; a machine whose agent lives
 // ends Running.
 func TestRestartBringsNoDeadMachineBack(t *testing.T) {
+	t.Parallel()
 	const silence = 8 * time.Second
 	s := startServer(t, "", "--agent-silence-threshold", silence.String())
 	token := newToken(t, s)

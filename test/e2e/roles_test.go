@@ -13,6 +13,7 @@ import (
 // metrics reader each do what their role allows through the real kubectl,
 // and every refusal is a 403 naming the groups that would be allowed.
 func TestBuiltinRoles(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
 	manual := newToken(t, s, "--manual-approval")
@@ -86,6 +87,7 @@ func TestBuiltinRoles(t *testing.T) {
 // TestUserKubeconfigRefusals: minting refuses identities that would pass
 // for an agent or a server, and groups that grant nothing, and writes no file.
 func TestUserKubeconfigRefusals(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	for _, tc := range []struct {
 		args []string

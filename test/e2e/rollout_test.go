@@ -89,6 +89,7 @@ func currentRevision(t *testing.T, s *server, set string) string {
 // gets the current revision; spec.strategy.paused holds a rollout until a
 // kubectl patch resumes it.
 func TestPlanSetPartitions(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	token := newToken(t, s)
 	labels := map[string][]string{
@@ -207,6 +208,7 @@ func TestPlanSetPartitions(t *testing.T) {
 // machine, puts that machine back on the last complete revision (Running
 // again), and stays Paused saying why; a fixed template completes.
 func TestPlanSetAutoRevert(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, endpoint string) {
 		s := startServer(t, endpoint)
 		token := newToken(t, s)
@@ -327,6 +329,7 @@ func TestPlanSetAutoRevert(t *testing.T) {
 // sample shows more than maxUnavailable of the set's machines updating or
 // not Running, and every recorded transition is legal.
 func TestPlanSetServerKilledMidRollout(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, endpoint string) {
 		s := startServer(t, endpoint)
 		token := newToken(t, s)
@@ -409,6 +412,7 @@ func TestPlanSetServerKilledMidRollout(t *testing.T) {
 // autoRevert the machine goes back to the last complete revision and
 // Running, and the set says ProgressDeadlineExceeded.
 func TestPlanSetProgressDeadline(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	token := newToken(t, s)
 	out := rolloutAgents(t, s, token, map[string][]string{"pd-1": {"role=deadline"}, "pd-2": {"role=deadline"}})

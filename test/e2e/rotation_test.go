@@ -12,6 +12,7 @@ import (
 // TestCertificateRotation: an agent renews its certificate before it
 // expires, with the certificate as its credential, and keeps working.
 func TestCertificateRotation(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "", "--agent-certificate-validity", "12s")
 	dir := t.TempDir()
 	a := startAgent(t, s, dir, "--token", newToken(t, s), "--node-name", "rotating-1")

@@ -12,6 +12,7 @@ import (
 // plans change at once. After a restart every machine ends Running with its
 // last plan applied, and every machine's recorded history is a legal chain.
 func TestServerKilledDuringPlanUpdates(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	token := newToken(t, s)
 	const n = 20

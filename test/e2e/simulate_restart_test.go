@@ -19,6 +19,7 @@ import (
 // to come back, goes on applying plan changes afterwards, and its summary
 // counts the errors by kind.
 func TestSimulateRidesThroughServerRestart(t *testing.T) {
+	// Not parallel: a simulated fleet keeps a core busy.
 	s := startServer(t, "")
 	token := newToken(t, s)
 	sim := runAgentBinary(t, "simulate", "--server", s.url(), "--token", token, "--count", "5", "--concurrency", "5",

@@ -16,6 +16,7 @@ import (
 // --plan-updates changes their plans through an admin kubeconfig and
 // reports how long each change took to be applied.
 func TestSimulate(t *testing.T) {
+	// Not parallel: a simulated fleet keeps a core busy.
 	s := startServer(t, "")
 	c := adminClient(t, s)
 	if _, err := c.MusterV1alpha1().Clusters().Create(context.Background(), &api.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "simulated"}}, metav1.CreateOptions{}); err != nil {

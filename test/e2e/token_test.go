@@ -15,6 +15,7 @@ import (
 // running server; the join token pins the served CA and its secret is
 // stored nowhere in plaintext.
 func TestTokenCommands(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	s.mustKubectl("apply", "-f", testdata("manifests", "cluster.yaml"))
 

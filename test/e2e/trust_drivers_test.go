@@ -33,6 +33,7 @@ func operatorApply(t *testing.T, kubeconfig, manifest string) (string, error) {
 // turns it on, and does not list the driver. Before issue 27 the pool was
 // stored and its machine ran as root.
 func TestTrustProcessDriverOffByDefault(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
 	operator := userKubeconfig(t, s, "olga", "muster:operators")
@@ -67,6 +68,7 @@ spec: {cluster: edge-east, replicas: 1, template: {driver: process}}
 // Before issue 27 the machines were under <data-dir>/pools, the agent had
 // the server's whole environment, and <machine>/join-token stayed.
 func TestTrustProcessDriverMachines(t *testing.T) {
+	// Not parallel: sets the process environment, which parallel tests would inherit.
 	// A secret in the server's environment, as a datastore password in
 	// $MUSTER_DATASTORE_ENDPOINT would be; the server inherits the test's.
 	t.Setenv("MUSTER_TEST_SECRET", "s3cret-of-the-server")
@@ -113,6 +115,7 @@ func TestTrustProcessDriverMachines(t *testing.T) {
 // so pools are no port scanner. Before issue 27 the message quoted the
 // dial error ("connection refused" against "handshake failed: EOF").
 func TestTrustSSHDriverSaysTheSameWhateverTheNetworkSaid(t *testing.T) {
+	t.Parallel()
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -208,6 +211,7 @@ spec:
 // Event saying what may be left. Before issue 27 the ssh pool was stored,
 // and the Machine stayed Deleting, its remove retried every 5 s.
 func TestTrustDriverConfigAdmission(t *testing.T) {
+	t.Parallel()
 	drivers := t.TempDir()
 	strict := filepath.Join(drivers, "strict-now")
 	// A driver that checks its config (validates: true) — from the moment
@@ -305,6 +309,7 @@ spec: {cluster: edge-east, replicas: 1, template: {driver: strict, driverConfig:
 // removes them is refused, and the stored value stays. Before issue 27 an
 // operator could aim the uninstall at another host.
 func TestTrustDriverStateIsTheServers(t *testing.T) {
+	t.Parallel()
 	drivers := t.TempDir()
 	script := "#!/bin/sh\ncat >/dev/null\ncase \"$1\" in\nschema) echo '{\"fields\":[]}' ;;\ncreate) echo '{\"instance\":\"i-1\"}' ;;\nstatus) echo '{\"exists\":true}' ;;\nesac\n"
 	if err := os.WriteFile(filepath.Join(drivers, "muster-driver-cloud"), []byte(script), 0o755); err != nil {
@@ -374,6 +379,7 @@ spec: {cluster: edge-east, driver: ssh}
 // server's CA key. Before issue 27 there was no such flag, and the agents
 // ran as the server's user (root here: the command read the key).
 func TestTrustProcessDriverAsAnotherUser(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Fatal("this test runs the server as root, as CI does, to start agents as nobody")
 	}

@@ -35,6 +35,7 @@ func operatorPlan(t *testing.T, kubeconfig, machine, spec string) {
 // runs. Restarted with --host-agent-exec and --host-agent-plans, the same
 // exec and plan run: the flags, and only they, give that power.
 func TestTrustHostAgent(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "", "--with-agent")
 	host, _ := os.Hostname()
 	host = strings.ToLower(host)
@@ -150,6 +151,7 @@ func runServerCommand(t *testing.T, args ...string) (string, error) {
 // TestTrustHostAgentFlagsNeedWithAgent: a --host-agent-* flag without
 // --with-agent is refused at start, not silently ignored.
 func TestTrustHostAgentFlagsNeedWithAgent(t *testing.T) {
+	t.Parallel()
 	out, err := runServerCommand(t, "--data-dir", t.TempDir(), "--host-agent-exec")
 	if err == nil || !strings.Contains(out, "add --with-agent") {
 		t.Fatalf("muster-server --host-agent-exec without --with-agent: %v\n%s", err, out)
@@ -160,6 +162,7 @@ func TestTrustHostAgentFlagsNeedWithAgent(t *testing.T) {
 // read, the server's log, the agent's log) says who ran which program on
 // which machine, never the arguments, where a password goes.
 func TestTrustExecRecord(t *testing.T) {
+	t.Parallel()
 	const secret = "S3cretPassw0rd"
 	s := startServer(t, "")
 	a := startTunnelAgent(t, s, "rec-1")

@@ -149,6 +149,7 @@ func getOK(c *http.Client, url string) error {
 // binary itself. One address holds only a few downloads; the rest are
 // told 429 with Retry-After and what to do.
 func TestSlowDownloadsBlockNothing(t *testing.T) {
+	// Not parallel: measures latencies, so it runs alone.
 	s := startServer(t, "", "--agent-binary", agentBin)
 	token := newToken(t, s)
 	asset := fmt.Sprintf("/assets/muster-agent-%s-%s", runtime.GOOS, runtime.GOARCH)
@@ -252,6 +253,7 @@ func TestSlowDownloadsBlockNothing(t *testing.T) {
 // {"message": ...} 403. The sign-in page, its assets and the sign-in
 // endpoint stay public.
 func TestAnonymousConsoleTokensRefusedByChain(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: s.caPool()}}}
 	for _, tc := range []struct {
@@ -296,6 +298,7 @@ func TestAnonymousConsoleTokensRefusedByChain(t *testing.T) {
 // other files is not muster-server's to change: the server refuses it
 // and says what to do, and the dir keeps its mode.
 func TestDataDirTightened(t *testing.T) {
+	t.Parallel()
 	t.Run("empty dir made 0755", func(t *testing.T) {
 		s := newServer(t, "127.0.0.1", "")
 		if err := os.Chmod(s.dataDir, 0o755); err != nil {
@@ -342,6 +345,7 @@ func TestDataDirTightened(t *testing.T) {
 // Retry-After for the binary, waits as told, tries again and installs,
 // where it used to fail at the first 429.
 func TestInstallScriptWaitsOutBusyDownloads(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "", "--agent-binary", agentBin)
 	token := newToken(t, s)
 	asset := fmt.Sprintf("/assets/muster-agent-%s-%s", runtime.GOOS, runtime.GOARCH)

@@ -26,6 +26,7 @@ import (
 // quotes what a failing instruction printed, and the server's log never
 // holds the secret. A plan written back with the marker is refused.
 func TestPlanSecretsHiddenFromViewers(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	b := make([]byte, 8)
 	if _, err := rand.Read(b); err != nil {

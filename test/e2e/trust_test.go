@@ -35,6 +35,7 @@ func wantRefusal(t *testing.T, err error, is func(error) bool, words ...string) 
 // adversarial reviews of the join (issue 13) that the join and the
 // registry fix, each tried as an attacker would, against a real server.
 func TestTrustFindings(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	ctx := context.Background()
 	admin := adminClient(t, s)
@@ -415,6 +416,7 @@ func TestTrustFindings(t *testing.T) {
 // nobody else gets that exemption: not another node password, not a
 // retry once an agent has checked in, not another node name.
 func TestJoinRetryAfterLostGrant(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	ctx := context.Background()
 	token := newToken(t, s, "--max-uses", "1")

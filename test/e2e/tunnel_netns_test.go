@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -29,6 +30,10 @@ func cannotRun(t *testing.T, format string, args ...any) {
 	t.Skipf(format, args...)
 }
 
+// netnsIDs numbers this run's namespaces, from a random start so that two
+// runs on one machine seldom meet.
+var netnsIDs = func() *atomic.Int64 { var n atomic.Int64; n.Store(rand.Int64N(250)); return &n }()
+
 func newNetns(t *testing.T) *netns {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -37,7 +42,8 @@ func newNetns(t *testing.T) *netns {
 	if _, err := exec.LookPath("ip"); err != nil {
 		cannotRun(t, "no ip(8) to make network namespaces with")
 	}
-	id := rand.IntN(250) + 1
+	// Each namespace of this run has its own /30; parallel tests must not share one.
+	id := int(netnsIDs.Add(1)-1)%250 + 1
 	n := &netns{name: fmt.Sprintf("mtun-%d-%d", os.Getpid(), id), hostIP: fmt.Sprintf("10.211.%d.1", id), nsIP: fmt.Sprintf("10.211.%d.2", id)}
 	host, peer := fmt.Sprintf("mth%d%d", os.Getpid()%10000, id), fmt.Sprintf("mtn%d%d", os.Getpid()%10000, id)
 	t.Cleanup(func() {
@@ -78,6 +84,7 @@ func (n *netns) start(t *testing.T, log *syncBuffer, name string, args ...string
 // loopback) is reached through its tunnel alone: exec runs inside the
 // namespace, and port-forward fetches from that loopback.
 func TestTunnelNoInboundRoute(t *testing.T) {
+	t.Parallel()
 	for _, tool := range []string{"python3", "curl"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			cannotRun(t, "no %s here to serve and fetch the namespace's web page", tool)

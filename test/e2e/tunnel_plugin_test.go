@@ -16,6 +16,7 @@ import (
 // $KUBECONFIG; and the form kubectl refuses for plugins (the flag before
 // "muster") fails with kubectl's own words, which the docs quote.
 func TestTunnelPluginKubeconfig(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	startTunnelAgent(t, s, "plug-1")
 	// A $KUBECONFIG that names no server: only the flag can make it work.

@@ -34,6 +34,7 @@ func startTunnelAgent(t *testing.T, s *server, name string, flags ...string) *ag
 // TestTunnelExec: kubectl muster exec streams 10 MiB and the exit code
 // through the agent's tunnel, is recorded, and is refused where it must be.
 func TestTunnelExec(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	admin := s.kubeconfig()
 	a := startTunnelAgent(t, s, "edge-1")
@@ -151,6 +152,7 @@ func TestTunnelExec(t *testing.T) {
 // on the agent's loopback through the tunnel, only on a port the agent
 // allows; the agent itself refuses the others.
 func TestTunnelPortForward(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "")
 	web := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hello from the machine, %s", r.URL.Path)
@@ -231,6 +233,7 @@ func TestTunnelPortForward(t *testing.T) {
 // of them reaches the agent, whichever server holds its tunnel: the others
 // forward it there as the same user, and the audit names that user.
 func TestTunnelHA(t *testing.T) {
+	t.Parallel()
 	servers := startHA(t, pgtest.DSN(t), 3)
 	startTunnelAgent(t, servers[0], "ha-1")
 	for i, s := range servers {

@@ -82,6 +82,7 @@ spec:
 // unknown version fail the plan with a clear message and replace nothing;
 // invalid fields are 422.
 func TestAgentUpgrade(t *testing.T) {
+	t.Parallel()
 	bins := t.TempDir()
 	vA := buildAgentVersion(t, bins, "vA")
 	buildAgentVersion(t, bins, "vB")
