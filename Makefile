@@ -101,7 +101,7 @@ bench-peer: build
 # FUZZFLAGS=-parallel=1 keeps to one core.
 FUZZTIME  ?= 20s
 FUZZFLAGS ?=
-FUZZ_TARGETS := ./internal/jointoken:FuzzParse ./internal/pki:FuzzCSR ./internal/registry:FuzzValidatePlanSpec
+FUZZ_TARGETS := ./internal/jointoken:FuzzParse ./internal/pki:FuzzCSR ./pkg/apis/muster/validation:FuzzValidatePlanSpec
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -41,6 +41,7 @@ import (
 	"github.com/muster-io/muster/internal/tunnel/serve"
 	"github.com/muster-io/muster/internal/watchcache"
 	"github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	"github.com/muster-io/muster/pkg/apis/muster/validation"
 )
 
 // etcdPrefix is where every muster.io object lives in the key space.
@@ -360,7 +361,7 @@ func New(cfg Config) (*Server, error) {
 
 // driverSchemas keeps a nil registry a nil interface, so that registry.All
 // installs no driver check rather than one that panics.
-func driverSchemas(r *driver.Registry) registry.DriverSchemas {
+func driverSchemas(r *driver.Registry) validation.DriverSchemas {
 	if r == nil {
 		return nil
 	}

@@ -5,10 +5,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/muster-io/muster/internal/fsm"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	"github.com/muster-io/muster/pkg/apis/muster/validation"
 )
 
 // Cluster is the storage description of clusters.
@@ -28,33 +28,9 @@ var Cluster = Kind[*api.Cluster]{
 			c.Finalizers = append(c.Finalizers, api.ClusterLifecycleFinalizer)
 		}
 	},
-	Validate: func(c *api.Cluster) field.ErrorList {
-		spec := field.NewPath("spec")
-		errs := validateMaxLen(c.Spec.DisplayName, 256, spec.Child("displayName"))
-		if c.Spec.ClientID != "" {
-			errs = append(errs, validateIdentifier(c.Spec.ClientID, spec.Child("clientID"))...)
-		}
-		return errs
-	},
-	ValidateUpdate: func(c, old *api.Cluster) field.ErrorList {
-		if old.Spec.ClientID == "" {
-			return nil
-		}
-		return validateImmutable(c.Spec.ClientID, old.Spec.ClientID, field.NewPath("spec", "clientID"))
-	},
-	// The server alone writes a Cluster's status; the bounds keep a bug or
-	// an administrator's edit from storing what no one can read.
-	ValidateStatus: func(c, old *api.Cluster) field.ErrorList {
-		status := field.NewPath("status")
-		errs := validateMaxLen(c.Status.Reason, maxReasonBytes, status.Child("reason"))
-		errs = append(errs, validateMaxLen(c.Status.Message, maxMessageBytes, status.Child("message"))...)
-		// Deleting is final: a cluster that was not deleted would stay
-		// there for good, refusing every join.
-		if c.Status.Phase == api.ClusterPhaseDeleting && old.Status.Phase != api.ClusterPhaseDeleting && c.DeletionTimestamp == nil && old.DeletionTimestamp == nil {
-			errs = append(errs, field.Forbidden(status.Child("phase"), "a cluster is Deleting only once it was deleted, and never leaves it: delete it with 'kubectl delete cluster "+c.Name+"' instead"))
-		}
-		return append(errs, validateConditions(c.Status.Conditions, old.Status.Conditions, status.Child("conditions"))...)
-	},
+	Validate:       validation.ValidateCluster,
+	ValidateUpdate: validation.ValidateClusterUpdate,
+	ValidateStatus: validation.ValidateClusterStatusUpdate,
 	Columns: []metav1.TableColumnDefinition{
 		{Name: "Phase", Type: "string", Description: "Lifecycle state of the cluster."},
 		{Name: "Machines", Type: "integer", Description: "Machines in the cluster."},

@@ -3,9 +3,9 @@ package registry
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	"github.com/muster-io/muster/pkg/apis/muster/validation"
 )
 
 // ControllerLease is the storage description of the leases that elect the
@@ -17,9 +17,7 @@ var ControllerLease = Kind[*api.ControllerLease]{
 	New:        func() *api.ControllerLease { return &api.ControllerLease{} },
 	NewList:    func() runtime.Object { return &api.ControllerLeaseList{} },
 	Fields:     api.ControllerLeaseFields,
-	Validate: func(l *api.ControllerLease) field.ErrorList {
-		return validateNonNegative(l.Spec.LeaseDurationSeconds, field.NewPath("spec", "leaseDurationSeconds"))
-	},
+	Validate:   validation.ValidateControllerLease,
 	Columns: []metav1.TableColumnDefinition{
 		{Name: "Holder", Type: "string", Description: "Server holding the lease."},
 		{Name: "Renewed", Type: "string", Description: "When the holder last renewed the lease."},

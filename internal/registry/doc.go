@@ -1,7 +1,8 @@
 // Package registry is the REST storage of every muster.io kind: one generic
 // strategy (spec/status split, generation, lifecycle state machines, field
 // selectors, printer columns) and one file per kind that says only what is
-// particular to that kind: its validation, its columns and its hooks.
+// particular to that kind: its columns and its hooks, among them the
+// kind's validation, which lives in pkg/apis/muster/validation.
 //
 // Every kind's status.phase is guarded here, on the only write path there is:
 // a status update whose phase change is not a legal event of the kind's state

@@ -9,7 +9,6 @@ import (
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -216,51 +215,6 @@ func redactURL(raw string) string {
 		b.WriteString("?" + api.Redacted)
 	}
 	return b.String()
-}
-
-// validateNotRedacted refuses a spec that carries the marker back where a
-// secret was: a plan read redacted and written back (kubectl edit, a
-// client-side apply from a redacted copy) would otherwise replace the
-// secret with the marker on the machine.
-func validateNotRedacted(s *api.MachinePlanSpec, fld *field.Path) field.ErrorList {
-	const why = `is what a caller who may not read the plan's secrets reads in place of a secret (` + api.Redacted + `): ` +
-		`write the real value, as someone allowed ` + api.SecretsSubresource + ` (an operator) reads it`
-	var errs field.ErrorList
-	carries := func(v string) bool { return v == api.Redacted }
-	for i, f := range s.Files {
-		if carries(f.Content) {
-			errs = append(errs, field.Invalid(fld.Child("files").Index(i).Child("content"), api.Redacted, why))
-		}
-	}
-	for i, in := range s.Instructions {
-		ip := fld.Child("instructions").Index(i)
-		for j, a := range in.Args {
-			if carries(a) {
-				errs = append(errs, field.Invalid(ip.Child("args").Index(j), api.Redacted, why))
-			}
-		}
-		for j, e := range in.Env {
-			if _, value, _ := strings.Cut(e, "="); carries(e) || carries(value) {
-				errs = append(errs, field.Invalid(ip.Child("env").Index(j), api.Redacted, why))
-			}
-		}
-	}
-	for i, p := range s.Probes {
-		pp := fld.Child("probes").Index(i)
-		if p.Exec != nil {
-			for j, a := range p.Exec.Args {
-				if carries(a) {
-					errs = append(errs, field.Invalid(pp.Child("exec", "args").Index(j), api.Redacted, why))
-				}
-			}
-		}
-		// A URL is redacted in parts (user info, query), so the marker is
-		// looked for inside it, as written or percent-encoded.
-		if p.HTTPGet != nil && (strings.Contains(p.HTTPGet.URL, api.Redacted) || strings.Contains(p.HTTPGet.URL, url.QueryEscape(api.Redacted))) {
-			errs = append(errs, field.Invalid(pp.Child("httpGet", "url"), api.Redacted, why))
-		}
-	}
-	return errs
 }
 
 // secretsREST is a plan kind's main resource with its answers redacted

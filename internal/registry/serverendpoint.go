@@ -3,25 +3,21 @@ package registry
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	"github.com/muster-io/muster/pkg/apis/muster/validation"
 )
 
 // ServerEndpoint is the storage description of live servers' addresses.
 var ServerEndpoint = Kind[*api.ServerEndpoint]{
-	Resource:   "serverendpoints",
-	Singular:   "serverendpoint",
-	ShortNames: []string{"sep"},
-	New:        func() *api.ServerEndpoint { return &api.ServerEndpoint{} },
-	NewList:    func() runtime.Object { return &api.ServerEndpointList{} },
-	Fields:     api.ServerEndpointFields,
-	Validate: func(e *api.ServerEndpoint) field.ErrorList {
-		return validateHostPort(e.Spec.Address, field.NewPath("spec", "address"))
-	},
-	ValidateStatus: func(e, _ *api.ServerEndpoint) field.ErrorList {
-		return validateNonNegative(e.Status.LeaseDurationSeconds, field.NewPath("status", "leaseDurationSeconds"))
-	},
+	Resource:       "serverendpoints",
+	Singular:       "serverendpoint",
+	ShortNames:     []string{"sep"},
+	New:            func() *api.ServerEndpoint { return &api.ServerEndpoint{} },
+	NewList:        func() runtime.Object { return &api.ServerEndpointList{} },
+	Fields:         api.ServerEndpointFields,
+	Validate:       validation.ValidateServerEndpoint,
+	ValidateStatus: validation.ValidateServerEndpointStatusUpdate,
 	Columns: []metav1.TableColumnDefinition{
 		{Name: "Address", Type: "string", Description: "Advertised host:port of the server."},
 		{Name: "Renewed", Type: "string", Description: "When the server last renewed the endpoint."},

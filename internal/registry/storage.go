@@ -5,6 +5,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/generic"
+
+	"github.com/muster-io/muster/pkg/apis/muster/validation"
 )
 
 // All builds the storage of every muster.io kind, and the server's own
@@ -13,7 +15,7 @@ import (
 // machines table shows it rather than the coarsely persisted lastSeen.
 // drivers, if not nil, checks each MachinePool's driverConfig against its
 // driver's schema at admission (pooladmission.go).
-func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter, lastHeard func(machine string) time.Time, drivers DriverSchemas) ([]*Storage, *Objects, error) {
+func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter, lastHeard func(machine string) time.Time, drivers validation.DriverSchemas) ([]*Storage, *Objects, error) {
 	builders := []func() (*Storage, error){
 		func() (*Storage, error) { return newStorage(Cluster, typer, optsGetter, lastHeard) },
 		func() (*Storage, error) { return newStorage(ClusterRegistrationToken, typer, optsGetter, lastHeard) },

@@ -1,4 +1,4 @@
-package registry
+package validation
 
 import (
 	"strings"
@@ -27,7 +27,7 @@ func TestValidateAgentUpgrade(t *testing.T) {
 		{"negative timeout", api.AgentUpgrade{Version: "v2", Sha256: sum, TimeoutSeconds: -1}, "spec.agentUpgrade.timeoutSeconds"},
 	} {
 		u := tc.u
-		errs := validatePlanSpec(&api.MachinePlan{Spec: api.MachinePlanSpec{AgentUpgrade: &u}})
+		errs := ValidateMachinePlan(&api.MachinePlan{Spec: api.MachinePlanSpec{AgentUpgrade: &u}})
 		got := errs.ToAggregate()
 		switch {
 		case tc.want == "" && got != nil:

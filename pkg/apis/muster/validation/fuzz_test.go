@@ -1,6 +1,7 @@
-package registry
+package validation
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path"
@@ -55,7 +56,7 @@ func FuzzValidatePlanSpec(f *testing.F) {
 			p.Spec.Probes = append(p.Spec.Probes, api.PlanProbe{Name: name + "-probe", Exec: &api.ExecProbe{Command: probeCmd, Args: []string{arg}}})
 		}
 
-		errs := MachinePlan.Validate(p)
+		errs := ValidateMachinePlan(p)
 		b, err := json.Marshal(p)
 		if err != nil {
 			t.Fatal(err)
@@ -67,10 +68,20 @@ func FuzzValidatePlanSpec(f *testing.F) {
 		if len(errs) > 0 {
 			return
 		}
-		if again := MachinePlan.Validate(&back); len(again) > 0 {
+		if again := ValidateMachinePlan(&back); len(again) > 0 {
 			t.Fatalf("an accepted plan is refused once read back from JSON: %v", again)
 		}
-		if !reflect.DeepEqual(back.Spec, p.Spec) || PlanChecksum(&back.Spec) != PlanChecksum(&p.Spec) {
+		// A plan's checksum (internal/registry's PlanChecksum) is the
+		// SHA-256 of its spec's JSON: the same JSON, the same checksum.
+		was, err := json.Marshal(&p.Spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now, err := json.Marshal(&back.Spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(back.Spec, p.Spec) || !bytes.Equal(now, was) {
 			t.Fatalf("an accepted plan changed through JSON (its checksum would too)")
 		}
 		kernel := func(what, s string) {

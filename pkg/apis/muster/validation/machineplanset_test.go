@@ -1,4 +1,4 @@
-package registry
+package validation
 
 import (
 	"fmt"
@@ -82,7 +82,7 @@ func TestValidatePlanSet(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := good()
 			tt.change(s)
-			errs := validatePlanSet(s)
+			errs := ValidateMachinePlanSet(s)
 			switch {
 			case tt.want == "" && len(errs) > 0:
 				t.Fatalf("refused: %v", errs)

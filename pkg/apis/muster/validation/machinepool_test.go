@@ -1,4 +1,4 @@
-package registry
+package validation
 
 import (
 	"strings"
@@ -24,7 +24,7 @@ func TestValidateMachinePoolRoles(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &api.MachinePool{Spec: api.MachinePoolSpec{Cluster: "edge", Replicas: 1,
 				Template: api.MachineTemplate{Driver: "ssh", Roles: tc.roles}}}
-			errs := MachinePool.Validate(p).ToAggregate()
+			errs := ValidateMachinePool(p).ToAggregate()
 			switch {
 			case tc.want == "" && errs != nil:
 				t.Errorf("refused: %v", errs)

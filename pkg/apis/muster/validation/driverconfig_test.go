@@ -1,4 +1,4 @@
-package registry
+package validation
 
 import (
 	"context"
@@ -13,9 +13,9 @@ import (
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
-// TestCheckDriverConfig runs the admission check on a real driver
-// registry: the built-in process driver and an executable one.
-func TestCheckDriverConfig(t *testing.T) {
+// TestValidateMachinePoolDriverConfig runs the admission check on a real
+// driver registry: the built-in process driver and an executable one.
+func TestValidateMachinePoolDriverConfig(t *testing.T) {
 	dir := t.TempDir()
 	cloud := `#!/bin/sh
 cat >/dev/null
@@ -73,7 +73,7 @@ esac
 			unavailable: "cannot read /etc/cloud/key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			errs, err := checkDriverConfig(context.Background(), drivers, tc.pool)
+			errs, err := ValidateMachinePoolDriverConfig(context.Background(), drivers, tc.pool)
 			if tc.unavailable != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.unavailable) || !strings.Contains(err.Error(), "muster-driver-broken schema") {
 					t.Fatalf("err = %v; want the driver's failure %q and the command to fix", err, tc.unavailable)

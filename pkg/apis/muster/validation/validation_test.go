@@ -1,17 +1,12 @@
-package registry
+package validation
 
 import (
-	"bytes"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
@@ -181,7 +176,7 @@ func TestValidatePlanSpec(t *testing.T) {
 		}), map[string]string{"spec": "at most 524288 bytes (512 KiB)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkErrors(t, MachinePlan.Validate(tc.plan), tc.errors)
+			checkErrors(t, ValidateMachinePlan(tc.plan), tc.errors)
 		})
 	}
 }
@@ -243,7 +238,7 @@ func TestValidatePlanStatus(t *testing.T) {
 		}), map[string]string{"status": "at most 262144 bytes (256 KiB)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkErrors(t, MachinePlan.ValidateStatus(tc.plan, goodPlan()), tc.errors)
+			checkErrors(t, ValidateMachinePlanStatusUpdate(tc.plan, goodPlan()), tc.errors)
 		})
 	}
 }
@@ -314,7 +309,7 @@ func TestValidateMachineStatus(t *testing.T) {
 			map[string]string{"status.reason": "1024"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkErrors(t, Machine.ValidateStatus(tc.machine, good()), tc.errors)
+			checkErrors(t, ValidateMachineStatusUpdate(tc.machine, good()), tc.errors)
 		})
 	}
 }
@@ -322,57 +317,9 @@ func TestValidateMachineStatus(t *testing.T) {
 func TestValidateClusterStatus(t *testing.T) {
 	c := &api.Cluster{Status: api.ClusterStatus{Conditions: []metav1.Condition{{Type: "Ready", Status: "Bogus",
 		Reason: "Why", LastTransitionTime: metav1.Now()}}}}
-	checkErrors(t, Cluster.ValidateStatus(c, &api.Cluster{}), map[string]string{"status.conditions[0].status": "supported values"})
+	checkErrors(t, ValidateClusterStatusUpdate(c, &api.Cluster{}), map[string]string{"status.conditions[0].status": "supported values"})
 	c.Status.Conditions[0].Status = metav1.ConditionTrue
-	checkErrors(t, Cluster.ValidateStatus(c, &api.Cluster{}), nil)
-}
-
-// TestObjectSizeLimit: the storage codec refuses, with 413 naming the
-// limit, any object that would take more than MaxObjectBytes in the
-// datastore, whatever the kind and however it is written.
-func TestObjectSizeLimit(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := api.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	now := metav1.Now()
-	codec := LimitObjectSize(serializer.NewCodecFactory(scheme).LegacyCodec(api.SchemeGroupVersion))
-	for _, tc := range []struct {
-		name    string
-		obj     runtime.Object
-		refused bool
-	}{
-		{"small machine", &api.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m"}}, false},
-		{"token with a 1 MiB description", &api.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Name: "abcdef"},
-			Spec: api.ClusterRegistrationTokenSpec{Description: strings.Repeat("x", MaxObjectBytes)}}, true},
-		{"machine with 1.5 MiB of annotations", &api.Machine{ObjectMeta: metav1.ObjectMeta{Name: "big",
-			Annotations: map[string]string{"a": strings.Repeat("x", 1536<<10)}}}, true},
-		{"plan just under the limit", &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: "p"},
-			Spec: api.MachinePlanSpec{Files: []api.PlanFile{{Path: "/f", Content: strings.Repeat("x", MaxObjectBytes-300)}}}}, false},
-		// Stored before the bound: its finalizer must still come off.
-		{"oversized machine being deleted", &api.Machine{ObjectMeta: metav1.ObjectMeta{Name: "old", DeletionTimestamp: &now},
-			Status: api.MachineStatus{Message: strings.Repeat("x", 1536<<10)}}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var buf bytes.Buffer
-			err := codec.Encode(tc.obj, &buf)
-			if !tc.refused {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			if !apierrors.IsRequestEntityTooLargeError(err) || apierrors.ReasonForError(err) != metav1.StatusReasonRequestEntityTooLarge {
-				t.Fatalf("err = %v, want 413", err)
-			}
-			if code := err.(apierrors.APIStatus).Status().Code; code != http.StatusRequestEntityTooLarge {
-				t.Errorf("code %d, want 413", code)
-			}
-			if !strings.Contains(err.Error(), "at most 1048576 (1 MiB)") {
-				t.Errorf("the message does not name the limit: %v", err)
-			}
-		})
-	}
+	checkErrors(t, ValidateClusterStatusUpdate(c, &api.Cluster{}), nil)
 }
 
 // TestStatusLimitsRatchet: a status stored before the limits (an agent's
@@ -387,28 +334,28 @@ func TestStatusLimitsRatchet(t *testing.T) {
 
 	draining := stored.DeepCopy()
 	draining.Status.Phase, draining.Status.Reason = api.MachinePhaseDraining, "Deleted"
-	checkErrors(t, Machine.ValidateStatus(draining, stored), nil)
+	checkErrors(t, ValidateMachineStatusUpdate(draining, stored), nil)
 
 	grown := stored.DeepCopy()
 	grown.Status.Conditions = append(grown.Status.Conditions, metav1.Condition{Type: "More", Status: "True",
 		Reason: "Flood", LastTransitionTime: metav1.Now()})
-	checkErrors(t, Machine.ValidateStatus(grown, stored), map[string]string{"status": "at most 262144 bytes"})
+	checkErrors(t, ValidateMachineStatusUpdate(grown, stored), map[string]string{"status": "at most 262144 bytes"})
 
 	longReason := stored.DeepCopy()
 	longReason.Status.Reason = strings.Repeat("x", 300<<10)
-	checkErrors(t, Machine.ValidateStatus(longReason, stored), map[string]string{"status": "at most 262144 bytes"})
+	checkErrors(t, ValidateMachineStatusUpdate(longReason, stored), map[string]string{"status": "at most 262144 bytes"})
 
 	small := stored.DeepCopy()
 	small.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: "Bogus", Reason: "Still", LastTransitionTime: metav1.Now()}}
-	checkErrors(t, Machine.ValidateStatus(small, stored), map[string]string{"status.conditions[0].status": "supported values"})
+	checkErrors(t, ValidateMachineStatusUpdate(small, stored), map[string]string{"status.conditions[0].status": "supported values"})
 
 	cleared := stored.DeepCopy()
 	cleared.Status.Conditions = nil
-	checkErrors(t, Machine.ValidateStatus(cleared, stored), nil)
+	checkErrors(t, ValidateMachineStatusUpdate(cleared, stored), nil)
 
 	readdressed := cleared.DeepCopy()
 	readdressed.Status.Addresses[0].Address = "PHISH again"
-	checkErrors(t, Machine.ValidateStatus(readdressed, cleared), map[string]string{"status.addresses[0].address": "must be an IP address"})
+	checkErrors(t, ValidateMachineStatusUpdate(readdressed, cleared), map[string]string{"status.addresses[0].address": "must be an IP address"})
 }
 
 // A plan status stored before the checks (forged checksum, hundreds of
@@ -421,20 +368,20 @@ func TestPlanStatusLimitsRatchet(t *testing.T) {
 	}
 	report := stored.DeepCopy()
 	report.Status.State = api.PlanStateInProgress
-	checkErrors(t, MachinePlan.ValidateStatus(report, stored), nil)
+	checkErrors(t, ValidateMachinePlanStatusUpdate(report, stored), nil)
 	more := report.DeepCopy()
 	more.Status.Output = append(more.Status.Output, api.InstructionOutput{Name: "new"})
-	checkErrors(t, MachinePlan.ValidateStatus(more, stored), map[string]string{"status": "at most 262144 bytes"})
+	checkErrors(t, ValidateMachinePlanStatusUpdate(more, stored), map[string]string{"status": "at most 262144 bytes"})
 	fewer := report.DeepCopy()
 	fewer.Status.Output = fewer.Status.Output[:65]
 	for i := range fewer.Status.Output {
 		fewer.Status.Output[i].Output = "short"
 	}
-	checkErrors(t, MachinePlan.ValidateStatus(fewer, stored), map[string]string{"status.output": "must have at most 64 items"})
+	checkErrors(t, ValidateMachinePlanStatusUpdate(fewer, stored), map[string]string{"status.output": "must have at most 64 items"})
 	report.Status.Output = nil
-	checkErrors(t, MachinePlan.ValidateStatus(report, stored), nil)
+	checkErrors(t, ValidateMachinePlanStatusUpdate(report, stored), nil)
 	report.Status.AppliedChecksum = "forged-again"
-	checkErrors(t, MachinePlan.ValidateStatus(report, stored), map[string]string{"status.appliedChecksum": "64 lowercase hex"})
+	checkErrors(t, ValidateMachinePlanStatusUpdate(report, stored), map[string]string{"status.appliedChecksum": "64 lowercase hex"})
 }
 
 // BenchmarkValidateMachineStatus is the cost the status checks add to an
@@ -446,7 +393,7 @@ func BenchmarkValidateMachineStatus(b *testing.B) {
 	m := old.DeepCopy()
 	m.Status.Addresses[1].Address = "10.0.0.8"
 	for i := 0; i < b.N; i++ {
-		if errs := Machine.ValidateStatus(m, old); len(errs) > 0 {
+		if errs := ValidateMachineStatusUpdate(m, old); len(errs) > 0 {
 			b.Fatal(errs)
 		}
 	}

@@ -1,4 +1,4 @@
-package registry
+package validation
 
 import (
 	"encoding/json"
@@ -10,7 +10,7 @@ import (
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
-	"k8s.io/apimachinery/pkg/util/validation"
+	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
@@ -27,7 +27,7 @@ func validateDNSSubdomain(value string, path *field.Path, required bool) field.E
 		return nil
 	}
 	var errs field.ErrorList
-	for _, msg := range validation.IsDNS1123Subdomain(value) {
+	for _, msg := range utilvalidation.IsDNS1123Subdomain(value) {
 		errs = append(errs, field.Invalid(path, value, msg))
 	}
 	return errs
@@ -41,7 +41,7 @@ func validateRoles(roles []string, path *field.Path) field.ErrorList {
 	}
 	seen := map[string]bool{}
 	for i, r := range roles {
-		for _, msg := range validation.IsDNS1123Label(r) {
+		for _, msg := range utilvalidation.IsDNS1123Label(r) {
 			errs = append(errs, field.Invalid(path.Index(i), r, msg))
 		}
 		if seen[r] {
