@@ -113,6 +113,8 @@ type planRunner struct {
 	client  musterclient.MusterV1alpha1Interface
 	machine string
 	kick    chan struct{}
+	// check asks for the plan to be read from the server (read).
+	check chan struct{}
 	// stopProbes ends the probe loop of the plan applied last.
 	stopProbes context.CancelFunc
 }
@@ -128,7 +130,7 @@ func RunPlans(ctx context.Context, client musterclient.MusterV1alpha1Interface, 
 	if opts.Say == nil {
 		opts.Say = func(string, ...interface{}) {}
 	}
-	r := &planRunner{opts: opts, client: client, machine: machine, kick: make(chan struct{}, 1)}
+	r := &planRunner{opts: opts, client: client, machine: machine, kick: make(chan struct{}, 1), check: make(chan struct{}, 1)}
 	plans, stopWatch := r.watch(ctx)
 	defer func() { stopWatch() }()
 	retry := time.Duration(0)
@@ -140,6 +142,8 @@ func RunPlans(ctx context.Context, client musterclient.MusterV1alpha1Interface, 
 		case <-r.kick:
 		case <-opts.Reconnected:
 			check = true
+		case <-r.check:
+			check = true
 		case <-time.After(max(retry, time.Minute)):
 			check = true
 		}
@@ -147,9 +151,10 @@ func RunPlans(ctx context.Context, client musterclient.MusterV1alpha1Interface, 
 		if check {
 			// A watch can stall without an error (a connection that died
 			// quietly, a datastore restored from an older snapshot); once a
-			// minute, and whenever the server answers again after it was
-			// lost, the plan is read from the server as well, so a missed
-			// change costs a minute at most, not the 10-minute resync.
+			// minute, whenever the watch resumes and whenever the server
+			// answers again after it was lost, the plan is read from the
+			// server as well, so a missed change costs a minute at most,
+			// not the 10-minute resync.
 			var cached *api.MachinePlan
 			if err == nil {
 				cached = plan
@@ -199,7 +204,19 @@ func (r *planRunner) watch(ctx context.Context) (plans listers.MachinePlanLister
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = own
-			return client.MachinePlans().Watch(ctx, o)
+			w, err := client.MachinePlans().Watch(ctx, o)
+			if err == nil && o.ResourceVersion != "" && o.ResourceVersion != "0" {
+				// A watch resumed from a revision (after the connection
+				// broke, or every few minutes): the server may be one back
+				// from a restore of an older datastore, whose watch cache
+				// accepts the old revision and sends nothing. The plan is
+				// read from the server to make sure (read).
+				select {
+				case r.check <- struct{}{}:
+				default:
+				}
+			}
+			return w, err
 		},
 	}, &api.MachinePlan{}, 10*time.Minute, cache.Indexers{})
 	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
