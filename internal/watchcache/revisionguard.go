@@ -107,9 +107,12 @@ func (g *revisionGuard) GetList(ctx context.Context, key string, opts storage.Li
 }
 
 // tooLarge is the apiserver's "Too large resource version" answer (504,
-// cause ResourceVersionTooLarge, retry after 1 s) with msg as its message.
+// cause ResourceVersionTooLarge) with msg as its message, and without the
+// watch cache's Retry-After: the datastore will not reach the version in a
+// second, and client-go would ask again at it ten times, a second apart,
+// before listing from what the datastore holds.
 func tooLarge(msg string) error {
-	err := apierrors.NewTimeoutError(msg, 1)
+	err := apierrors.NewTimeoutError(msg, 0)
 	err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge, Message: "Too large resource version"}}
 	return err
 }

@@ -76,6 +76,12 @@ func TestRevisionGuard(t *testing.T) {
 					t.Errorf("watch from %s: %v, want 410 Expired", tc.version, err)
 				case tc.refused && op == "list" && !apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge):
 					t.Errorf("list at %s: %v, want Too large resource version", tc.version, err)
+				case tc.refused && op == "list":
+					// No Retry-After: client-go would ask again at the same
+					// version ten times before listing afresh.
+					if s, ok := apierrors.SuggestsClientDelay(err); ok {
+						t.Errorf("list at %s: suggests a retry after %ds", tc.version, s)
+					}
 				case !tc.refused && err != nil:
 					t.Errorf("%s at %s: %v, want it served", op, tc.version, err)
 				}
