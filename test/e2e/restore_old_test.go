@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
@@ -118,6 +119,10 @@ func testRestoreOlderThanFleet(t *testing.T, b backend) {
 	late := startAgent(t, src, lateDir, lateArgs...)
 	late.waitOutput("running as machine late", 60*time.Second)
 	waitPhase(t, src, "late", "Running", 60*time.Second)
+	seen, err := c.MusterV1alpha1().MachinePlans().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	src.stop()
 
 	// The documented restore: into an empty datastore, the server started
@@ -162,6 +167,12 @@ func testRestoreOlderThanFleet(t *testing.T, b backend) {
 	}
 	t.Logf("figure: %d agents Running with the snapshot's plan applied %s after the restored server was ready (each: %v)",
 		len(agents), slowest.Round(100*time.Millisecond), back)
+	// What the agents said about it, for whoever reads the test's log.
+	for _, l := range strings.Split(agents[0].proc.log.String(), "\n") {
+		if strings.Contains(l, "restored") || strings.Contains(l, "answers again") || strings.Contains(l, "lost the server") {
+			t.Logf("%s: %s", agents[0].name, l)
+		}
+	}
 	for _, a := range agents {
 		select {
 		case <-a.proc.exited:
@@ -174,7 +185,23 @@ func testRestoreOlderThanFleet(t *testing.T, b backend) {
 		}
 		waitForEvent(t, r, "a PlanRestored Event on machine "+a.name, func(row string) bool {
 			return strings.Contains(row, "PlanRestored Machine/"+a.name+" ")
-		})
+		}, "--field-selector", "reason=PlanRestored")
+	}
+
+	// Any other watcher that saw the old datastore (a controller, kubectl
+	// get -w) is told to list again, rather than left on a silent watch;
+	// a list at its revision is answered at once, not after a wait.
+	w, err := rc.MusterV1alpha1().MachinePlans().Watch(context.Background(), metav1.ListOptions{ResourceVersion: seen.ResourceVersion})
+	if err == nil {
+		w.Stop()
+	}
+	if !apierrors.IsResourceExpired(err) || !strings.Contains(err.Error(), "restored") {
+		t.Errorf("a watch from revision %s, which the restored datastore has not reached: %v; want 410 Expired saying the datastore was restored", seen.ResourceVersion, err)
+	}
+	asked := time.Now()
+	_, err = rc.MusterV1alpha1().MachinePlans().List(context.Background(), metav1.ListOptions{ResourceVersion: seen.ResourceVersion})
+	if !apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge) || time.Since(asked) > 2*time.Second {
+		t.Errorf("a list at revision %s: %v after %s; want Too large resource version at once", seen.ResourceVersion, err, time.Since(asked).Round(time.Millisecond))
 	}
 
 	// Their watches work: a plan set now reaches them (no agent waits for
