@@ -95,7 +95,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Out = io.Discard
 	}
 	cfg.Out = io.MultiWriter(cfg.Out, ring)
-	a := &agent{cfg: cfg, dir: dataDir(cfg.DataDir), gone: make(chan error, 1), ring: ring}
+	a := &agent{cfg: cfg, dir: dataDir(cfg.DataDir), gone: make(chan error, 1), ring: ring, reconnected: make(chan struct{}, 1)}
 	if cfg.LogFormat == "json" {
 		l := logformat.JSON(cfg.Out).WithCallDepth(1)
 		a.json = &l
@@ -190,6 +190,9 @@ type agent struct {
 	ring *tunnel.Ring
 	// upgrade is the state of an agent upgrade (upgrade.go).
 	upgrade *upgradeState
+	// reconnected tells the plan runner the server answers again after
+	// it was lost (liveness.go).
+	reconnected chan struct{}
 }
 
 // logRingBytes bounds the log the agent keeps in memory to serve.
@@ -231,7 +234,8 @@ func (a *agent) machineGone(reason error) {
 // happened and the command that joins this machine again.
 func (a *agent) goneError(machine string, reason error) error {
 	return fmt.Errorf("the server no longer accepts the certificate of machine %s (%v): "+
-		"its Machine was deleted (or its certificate expired), so this agent stops. To join again, create a join token "+
+		"its Machine was deleted, its certificate expired, or the server's datastore was restored from a snapshot taken before this machine joined, "+
+		"so this agent stops. To join again, create a join token (or reuse one still valid) "+
 		"on the server ('muster-server token create'), write it to a file only this user can read, and run: %s",
 		machine, reason, rejoinCommand(a.cfg.Args, a.cfg.DataDir))
 }

@@ -25,6 +25,9 @@ const (
 	certFile         = "client.crt"
 	caFile           = "ca.crt"
 	serverFile       = "server"
+	// appliedPlanFile holds the checksum of the plan last applied on this
+	// machine (plan.go): what the server's record is checked against.
+	appliedPlanFile = "applied-plan"
 )
 
 // dataDir is the agent's state on disk.

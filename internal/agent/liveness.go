@@ -85,6 +85,12 @@ func (a *agent) heartbeat(ctx context.Context, c musterclient.MusterV1alpha1Inte
 			if !lostSince.IsZero() {
 				a.say("the server answers again after %s (%s)", time.Since(lostSince).Round(time.Second), a.activeServer())
 				lostSince = time.Time{}
+				// A server back after an outage may be one restored from
+				// an older snapshot: the plan runner reads the plan now.
+				select {
+				case a.reconnected <- struct{}{}:
+				default:
+				}
 			}
 			if !refusedSince.IsZero() {
 				a.say("the server accepts this machine's certificate again")

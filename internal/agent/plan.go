@@ -80,6 +80,18 @@ type PlanOptions struct {
 	// output, and nothing of it runs. An empty plan still succeeds, so the
 	// machine reports in like any other.
 	Refuse string
+	// AppliedFile, if set, is where the agent keeps the checksum of the
+	// plan it last applied on this machine. When the server's record says
+	// another plan is applied (its datastore was restored from a snapshot
+	// older than that plan), the agent applies the server's plan again:
+	// the server's record wins. Empty keeps no record (a simulated fleet,
+	// which changes nothing on a machine).
+	AppliedFile string
+	// Reconnected, if set, says the server answers again after it was
+	// lost: the plan is read from the server at once, rather than at the
+	// next minute's check, since a server back from a restore may hold an
+	// older datastore than the one the watch last saw.
+	Reconnected <-chan struct{}
 }
 
 // refusedOutput names the status entry of a plan this agent refused.
@@ -101,12 +113,15 @@ type planRunner struct {
 	client  musterclient.MusterV1alpha1Interface
 	machine string
 	kick    chan struct{}
+	// check asks for the plan to be read from the server (read).
+	check chan struct{}
 	// stopProbes ends the probe loop of the plan applied last.
 	stopProbes context.CancelFunc
 }
 
 func (a *agent) runPlans(ctx context.Context, client musterclient.MusterV1alpha1Interface, machine string) {
-	RunPlans(ctx, client, machine, PlanOptions{Executor: Host{}, Say: a.say, Upgrade: a.upgradeForPlan, Refuse: a.cfg.RefusePlans})
+	RunPlans(ctx, client, machine, PlanOptions{Executor: Host{}, Say: a.say, Upgrade: a.upgradeForPlan, Refuse: a.cfg.RefusePlans,
+		AppliedFile: a.dir.path(appliedPlanFile), Reconnected: a.reconnected})
 }
 
 // RunPlans watches the machine's own MachinePlan with its certificate's
@@ -115,48 +130,43 @@ func RunPlans(ctx context.Context, client musterclient.MusterV1alpha1Interface, 
 	if opts.Say == nil {
 		opts.Say = func(string, ...interface{}) {}
 	}
-	r := &planRunner{opts: opts, client: client, machine: machine, kick: make(chan struct{}, 1)}
-	// Only its own plan: the server authorizes nothing else. A bare
-	// informer, not the generated factory: the factory's clientset would
-	// link every Kubernetes API group into the agent.
-	own := fields.OneTermEqualSelector("metadata.name", machine).String()
-	informer := cache.NewSharedIndexInformer(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = own
-			return client.MachinePlans().List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = own
-			return client.MachinePlans().Watch(ctx, o)
-		},
-	}, &api.MachinePlan{}, 10*time.Minute, cache.Indexers{})
-	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(interface{}) { r.poke() },
-		UpdateFunc: func(_, _ interface{}) { r.poke() },
-	})
-	go informer.RunWithContext(ctx)
-	plans := listers.NewMachinePlanLister(informer.GetIndexer())
+	r := &planRunner{opts: opts, client: client, machine: machine, kick: make(chan struct{}, 1), check: make(chan struct{}, 1)}
+	plans, stopWatch := r.watch(ctx)
+	defer func() { stopWatch() }()
 	retry := time.Duration(0)
 	for {
-		ticked := false
+		check := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.kick:
+		case <-opts.Reconnected:
+			check = true
+		case <-r.check:
+			check = true
 		case <-time.After(max(retry, time.Minute)):
-			ticked = true
+			check = true
 		}
 		plan, err := plans.Get(machine)
-		if ticked {
-			// A watch can stall without an error (a server restored from
-			// a snapshot, a connection that died quietly); once a minute
-			// the plan is read from the server's watch cache as well, so
-			// a missed change costs a minute, not the 10-minute resync.
-			fresh, ferr := client.MachinePlans().Get(ctx, machine, metav1.GetOptions{ResourceVersion: "0"})
-			switch {
-			case ferr != nil:
-				r.opts.Say("reading plan %s: %v; the watch carries on", machine, ferr)
-			case err != nil || newer(fresh.ResourceVersion, plan.ResourceVersion):
+		if check {
+			// A watch can stall without an error (a connection that died
+			// quietly, a datastore restored from an older snapshot); once a
+			// minute, whenever the watch resumes and whenever the server
+			// answers again after it was lost, the plan is read from the
+			// server as well, so a missed change costs a minute at most,
+			// not the 10-minute resync.
+			var cached *api.MachinePlan
+			if err == nil {
+				cached = plan
+			}
+			fresh, restored := r.read(ctx, cached)
+			if restored {
+				// The watch resumes from a revision the datastore has not
+				// reached: start it again from what the datastore holds.
+				stopWatch()
+				plans, stopWatch = r.watch(ctx)
+			}
+			if fresh != nil {
 				plan, err = fresh, nil
 			}
 		}
@@ -180,6 +190,75 @@ func RunPlans(ctx context.Context, client musterclient.MusterV1alpha1Interface, 
 	}
 }
 
+// watch starts an informer on the machine's own plan; stop ends it.
+func (r *planRunner) watch(ctx context.Context) (plans listers.MachinePlanLister, stop func()) {
+	client, machine := r.client, r.machine
+	// Only its own plan: the server authorizes nothing else. A bare
+	// informer, not the generated factory: the factory's clientset would
+	// link every Kubernetes API group into the agent.
+	own := fields.OneTermEqualSelector("metadata.name", machine).String()
+	informer := cache.NewSharedIndexInformer(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = own
+			return client.MachinePlans().List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = own
+			w, err := client.MachinePlans().Watch(ctx, o)
+			if err == nil && o.ResourceVersion != "" && o.ResourceVersion != "0" {
+				// A watch resumed from a revision (after the connection
+				// broke, or every few minutes): the server may be one back
+				// from a restore of an older datastore, whose watch cache
+				// accepts the old revision and sends nothing. The plan is
+				// read from the server to make sure (read).
+				select {
+				case r.check <- struct{}{}:
+				default:
+				}
+			}
+			return w, err
+		},
+	}, &api.MachinePlan{}, 10*time.Minute, cache.Indexers{})
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(interface{}) { r.poke() },
+		UpdateFunc: func(_, _ interface{}) { r.poke() },
+	})
+	ictx, cancel := context.WithCancel(ctx)
+	go informer.RunWithContext(ictx)
+	return listers.NewMachinePlanLister(informer.GetIndexer()), cancel
+}
+
+// read reads the plan from the server and returns it when it is to be
+// applied in place of cached (the watch's copy, nil if none): when it is
+// newer, or when the datastore went back. restored says the latter.
+//
+// A plan older than the watch's copy is either a read from a server whose
+// watch cache lags (HA), which must never take the agent back to an older
+// plan, or the datastore restored from a snapshot older than what the
+// agent saw. A consistent read (resourceVersion "") tells them apart: only
+// a datastore that went back answers it with an older plan.
+func (r *planRunner) read(ctx context.Context, cached *api.MachinePlan) (fresh *api.MachinePlan, restored bool) {
+	plans := r.client.MachinePlans()
+	fresh, err := plans.Get(ctx, r.machine, metav1.GetOptions{ResourceVersion: "0"})
+	if err == nil && cached != nil && newer(cached.ResourceVersion, fresh.ResourceVersion) {
+		fresh, err = plans.Get(ctx, r.machine, metav1.GetOptions{})
+		if err == nil && newer(cached.ResourceVersion, fresh.ResourceVersion) {
+			r.opts.Say("the server's plan %s is at resource version %s, older than the %s this agent last saw: "+
+				"the server's datastore was restored from an older snapshot; watching the plan again from what it holds",
+				r.machine, fresh.ResourceVersion, cached.ResourceVersion)
+			return fresh, true
+		}
+	}
+	switch {
+	case err != nil:
+		r.opts.Say("reading plan %s: %v; the watch carries on", r.machine, err)
+		return nil, false
+	case cached == nil || newer(fresh.ResourceVersion, cached.ResourceVersion):
+		return fresh, false
+	}
+	return nil, false
+}
+
 // newer reports whether resource version a is past b. Muster's are
 // datastore revisions; a lagging read must never take an agent back to
 // an older plan.
@@ -187,6 +266,32 @@ func newer(a, b string) bool {
 	x, errA := strconv.ParseUint(a, 10, 64)
 	y, errB := strconv.ParseUint(b, 10, 64)
 	return errA == nil && errB == nil && x > y
+}
+
+// lastApplied is the checksum of the plan this machine last applied, from
+// opts.AppliedFile; "" when the agent keeps no record or has none yet.
+func (r *planRunner) lastApplied() string {
+	if r.opts.AppliedFile == "" {
+		return ""
+	}
+	b, err := os.ReadFile(r.opts.AppliedFile)
+	if err != nil {
+		if !os.IsNotExist(err) {
+			r.opts.Say("reading the record of the plan last applied: %v", err)
+		}
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// remember records checksum as the plan this machine last applied.
+func (r *planRunner) remember(checksum string) {
+	if r.opts.AppliedFile == "" || checksum == "" {
+		return
+	}
+	if err := atomicfile.Write(r.opts.AppliedFile, []byte(checksum+"\n"), 0o600); err != nil {
+		r.opts.Say("recording the plan last applied: %v (after a restore of the server's datastore from an older snapshot this machine may keep a newer plan)", err)
+	}
 }
 
 func (r *planRunner) poke() {
@@ -202,8 +307,27 @@ func (r *planRunner) apply(ctx context.Context, plan *api.MachinePlan) (bool, er
 	if st.Checksum == "" {
 		return false, nil
 	}
-	if plan.Applied() {
+	last := r.lastApplied()
+	if plan.Applied() && (last == "" || last == st.AppliedChecksum) {
+		if last == "" {
+			// An agent from before the record, or a new data dir: the
+			// server's word is all there is.
+			r.remember(st.AppliedChecksum)
+		}
 		return false, nil
+	}
+	// The server's record says this plan was applied, but this machine
+	// last applied another one, which the server no longer holds: its
+	// datastore was restored from an older snapshot. The server's record
+	// wins: the machine is brought back to its plan. (Its state may be
+	// in-progress or failed already: an agent that stopped while doing so.)
+	restoredFrom := ""
+	if last != "" && st.AppliedChecksum == st.Checksum && last != st.Checksum {
+		restoredFrom = last
+		if plan.Applied() {
+			r.opts.Say("the server's record says plan %s is applied, but this machine last applied plan %s, which the server does not hold "+
+				"(its datastore was restored from an older snapshot?): applying the server's plan again", short(st.Checksum), short(last))
+		}
 	}
 	if plan.FailedForGood() {
 		return false, nil // a new plan resets it
@@ -239,6 +363,21 @@ func (r *planRunner) apply(ctx context.Context, plan *api.MachinePlan) (bool, er
 		var more []api.InstructionOutput
 		more, runErr = r.opts.Executor.Apply(ctx, &plan.Spec)
 		outputs = append(outputs, more...)
+	}
+	if runErr == nil {
+		// Before the report: a report that is lost leaves the plan
+		// unapplied on the server, which runs it again; a record that is
+		// lost after a report would run it again after every restart.
+		r.remember(plan.Status.Checksum)
+	}
+	if restoredFrom != "" {
+		outcome := "applied again"
+		if runErr != nil {
+			outcome = "applied again, and failed"
+		}
+		outputs = append([]api.InstructionOutput{{Name: api.PlanRestoredOutput, Output: fmt.Sprintf(
+			"this machine had applied plan %s, which the server's datastore does not hold (it was restored from an older snapshot); "+
+				"the server's plan %s was %s: the server's record wins", short(restoredFrom), short(plan.Status.Checksum), outcome)}}, outputs...)
 	}
 	var probers []Prober
 	for _, p := range plan.Spec.Probes {

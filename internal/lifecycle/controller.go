@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/muster-io/muster/internal/reconcile"
@@ -74,6 +75,10 @@ type Controller struct {
 	now       func() time.Time
 	// events records transitions and plan failures on the Machine.
 	events record.EventRecorder
+	// running: Run is running, for this server's term as the leader. The
+	// informers' handlers outlive a term; what they record, only the
+	// leader records, once.
+	running atomic.Bool
 }
 
 // machinesByCluster indexes Machines by the cluster they belong to.
@@ -148,7 +153,11 @@ func NewController(client versioned.Interface, store Store, factory informers.Sh
 	// A plan is named after its machine; a deleted plan leaves its
 	// machine nothing to apply (decide).
 	_, _ = v.MachinePlans().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: byName, UpdateFunc: func(_, o interface{}) { byName(o) }, DeleteFunc: byName,
+		AddFunc: byName, DeleteFunc: byName,
+		UpdateFunc: func(old, o interface{}) {
+			byName(o)
+			c.noteRestored(old, o)
+		},
 	})
 	// Every update too: a delete (deletionTimestamp set) starts the
 	// cascade, and a phase someone wrote is checked against the machines.
@@ -169,6 +178,8 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return
 	}
+	c.running.Store(true)
+	defer c.running.Store(false)
 	for i := 0; i < workers; i++ {
 		go wait.UntilWithContext(ctx, func(ctx context.Context) { reconcile.Work(ctx, c.queue, c.syncMachine, failed) }, time.Second)
 	}
@@ -856,4 +867,36 @@ func (c *Controller) drain(ctx context.Context, m *api.Machine, step func(event,
 	klog.InfoS("Machine drain plan written", "machine", m.Name, "set", set.Name, "timeout", timeout)
 	c.queue.AddAfter(m.Name, timeout)
 	return nil
+}
+
+// ReasonPlanRestored is the Event of a machine brought back to the plan
+// the server holds after a restore of the datastore from an older snapshot.
+const ReasonPlanRestored = "PlanRestored"
+
+// noteRestored records the Event of a plan its agent applied again because
+// the machine had applied a plan the server does not hold (its datastore
+// was restored from an older snapshot): the agent says so in the plan's
+// status (api.PlanRestoredOutput) when it reports the outcome. Checksums
+// stay out of the Event: viewers read Events, and a checksum confirms a
+// guessed plan secret.
+func (c *Controller) noteRestored(oldObj, obj interface{}) {
+	old, ok1 := oldObj.(*api.MachinePlan)
+	p, ok2 := obj.(*api.MachinePlan)
+	if !ok1 || !ok2 || !c.running.Load() {
+		return
+	}
+	note := p.RestoredNote()
+	if note == "" || note == old.RestoredNote() || p.Status.State == api.PlanStateInProgress {
+		return
+	}
+	m, err := c.machines.Get(p.Name)
+	if err != nil {
+		return
+	}
+	msg := "its agent had applied a plan the server's datastore does not hold (it was restored from an older snapshot) " +
+		"and applied the server's plan again: the server's record wins"
+	if p.Status.State == api.PlanStateFailed {
+		msg += "; applying it failed: see 'kubectl get machineplan " + p.Name + " -o yaml'"
+	}
+	c.events.Event(m, corev1.EventTypeWarning, ReasonPlanRestored, msg)
 }

@@ -120,8 +120,21 @@ func (t *Trimmer) decorate(config *storagebackend.ConfigForResource, resourcePre
 	t.mu.Lock()
 	t.caches = append(t.caches, rc)
 	t.mu.Unlock()
+	guard := &revisionGuard{
+		Interface: delegator, resource: rc.resource, current: raw.GetCurrentResourceVersion,
+		cached: func() uint64 {
+			if !cacher.Ready() {
+				return 0 // LastSyncResourceVersion would wait for it: ask the datastore
+			}
+			rv, err := cacher.LastSyncResourceVersion()
+			if err != nil {
+				return 0
+			}
+			return rv
+		},
+	}
 	var once sync.Once
-	return delegator, func() {
+	return guard, func() {
 		once.Do(func() {
 			stop()
 			delegator.Stop()

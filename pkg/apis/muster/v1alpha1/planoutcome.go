@@ -19,3 +19,22 @@ func (p *MachinePlan) Applied() bool {
 func (p *MachinePlan) FailedForGood() bool {
 	return p.Status.State == PlanStateFailed && p.Status.FailureCount >= p.Spec.MaxFailures
 }
+
+// PlanRestoredOutput names the entry of a plan's status.output with which
+// an agent says it applied the plan again although the server's record
+// said it was applied: the machine had applied a plan the server does not
+// hold (its datastore was restored from an older snapshot), and the
+// server's record wins. The server makes it an Event (PlanRestored) on the
+// Machine.
+const PlanRestoredOutput = "planRestored"
+
+// RestoredNote returns the text of the plan's PlanRestoredOutput entry, or
+// "" when it has none.
+func (p *MachinePlan) RestoredNote() string {
+	for _, o := range p.Status.Output {
+		if o.Name == PlanRestoredOutput {
+			return o.Output
+		}
+	}
+	return ""
+}
