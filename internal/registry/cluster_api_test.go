@@ -52,7 +52,7 @@ func TestRedactCluster(t *testing.T) {
 			t.Errorf("redacted too much or too little: %+v", got)
 		}
 	}
-	if holdsSecrets(&api.Machine{}) || !holdsSecrets(&api.Cluster{}) {
+	if holdsSecrets(&api.Machine{}) || !holdsSecrets(&api.Cluster{}) || !holdsSecrets(&api.ClusterList{}) {
 		t.Error("holdsSecrets is wrong about clusters or machines")
 	}
 }

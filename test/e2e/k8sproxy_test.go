@@ -22,7 +22,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/muster-io/muster/internal/pki"
+	"github.com/muster-io/muster/internal/testenv/pgtest"
 )
+
+// kubeAPIServerOnlyCheck is a readiness check kube-apiserver has and
+// muster-server (a standalone k8s.io/apiserver) does not.
+const kubeAPIServerOnlyCheck = "[+]poststarthook/rbac/bootstrap-roles ok"
 
 // downstreamCluster is a real kube-apiserver (hack/peer.sh) playing a
 // cluster's control plane on this host, with a CA of the test's own: it
@@ -69,6 +74,23 @@ func startDownstream(t *testing.T) *downstreamCluster {
 func indentPEM(n int, b []byte) string {
 	pad := strings.Repeat(" ", n)
 	return pad + strings.ReplaceAll(strings.TrimSpace(string(b)), "\n", "\n"+pad)
+}
+
+// grantMusterRoles binds, in the cluster's RBAC, Muster's operators to
+// cluster-admin and its viewers to reading namespaces. (Muster's own roles
+// decide first, in front. The built-in view role is aggregated by
+// kube-controller-manager, which does not run here, so it grants nothing.)
+func (d *downstreamCluster) grantMusterRoles(t *testing.T) {
+	t.Helper()
+	for _, args := range [][]string{
+		{"create", "clusterrolebinding", "muster-operators", "--clusterrole=cluster-admin", "--group=muster:operators"},
+		{"create", "clusterrole", "read-namespaces", "--verb=get,list,watch", "--resource=namespaces"},
+		{"create", "clusterrolebinding", "muster-viewers", "--clusterrole=read-namespaces", "--group=muster:viewers"},
+	} {
+		if out, err := d.kubectl("admin-token", args...); err != nil {
+			t.Fatalf("downstream kubectl %v: %v\n%s", args, err, out)
+		}
+	}
 }
 
 // clusterDoc is a Cluster whose API is the downstream's.
@@ -155,19 +177,7 @@ func TestClusterAPIProxy(t *testing.T) {
 	d := startDownstream(t)
 	s := startServer(t, "")
 
-	// The cluster's RBAC: Muster's operators administer it, its viewers
-	// read namespaces. (Muster's own roles decide first, in front. The
-	// built-in view role is aggregated by kube-controller-manager, which
-	// does not run here, so it grants nothing.)
-	for _, args := range [][]string{
-		{"create", "clusterrolebinding", "muster-operators", "--clusterrole=cluster-admin", "--group=muster:operators"},
-		{"create", "clusterrole", "read-namespaces", "--verb=get,list,watch", "--resource=namespaces"},
-		{"create", "clusterrolebinding", "muster-viewers", "--clusterrole=read-namespaces", "--group=muster:viewers"},
-	} {
-		if out, err := d.kubectl("admin-token", args...); err != nil {
-			t.Fatalf("downstream kubectl %v: %v\n%s", args, err, out)
-		}
-	}
+	d.grantMusterRoles(t)
 
 	if out, err := applyDoc(t, s, d.clusterDoc("prod")); err != nil {
 		t.Fatalf("applying the cluster: %v\n%s", err, out)
@@ -188,8 +198,15 @@ func TestClusterAPIProxy(t *testing.T) {
 		t.Fatalf("kubectl muster kubeconfig prod does not point at %s:\n%s", want, raw)
 	}
 
-	if out, err := kubectlAs(proxied, "get", "--raw", "/readyz"); err != nil || strings.TrimSpace(out) != "ok" {
+	// kubectl (1.32 here) drops the kubeconfig's server path from a
+	// --raw path, so a raw request names the cluster's path itself. The
+	// verbose answer lists a check only a kube-apiserver has: it is the
+	// cluster's, not Muster's own /readyz.
+	if out, err := kubectlAs(proxied, "get", "--raw", "/k8s/clusters/prod/readyz?verbose"); err != nil || !strings.Contains(out, kubeAPIServerOnlyCheck) || !strings.Contains(out, "readyz check passed") {
 		t.Fatalf("kubectl get --raw /readyz through Muster: %v: %s", err, out)
+	}
+	if _, own, err := s.get("/readyz?verbose"); err != nil || strings.Contains(string(own), kubeAPIServerOnlyCheck) {
+		t.Fatalf("Muster's own /readyz?verbose: %v, %.300s; the check must tell the cluster's answer from Muster's", err, own)
 	}
 	if out, err := kubectlAs(proxied, "create", "namespace", "made-through-muster"); err != nil {
 		t.Fatalf("kubectl create namespace through Muster: %v: %s", err, out)
@@ -314,6 +331,10 @@ func TestClusterAPIProxy(t *testing.T) {
 		if err != nil || out != "<redacted>" {
 			t.Errorf("a non-administrator reading the cluster's credential key: %v: %q; want <redacted>", err, out)
 		}
+		out, err = kubectlAs(kc, "get", "clusters", "-o", "jsonpath={.items[*].spec.kubernetesAPI.credential.clientKey}")
+		if err != nil || out != "<redacted>" {
+			t.Errorf("a non-administrator listing the clusters' credential keys: %v: %q; want <redacted>", err, out)
+		}
 	}
 	if out := s.mustKubectl("get", "cluster", "prod", "-o", "jsonpath={.spec.kubernetesAPI.credential.clientKey}"); strings.TrimSpace(out) != strings.TrimSpace(string(d.proxyK)) {
 		t.Errorf("the administrator reads the credential key as %.80q; want it whole", out)
@@ -389,6 +410,51 @@ func TestClusterAPIProxy(t *testing.T) {
 	direct := measure(directHTTP, d.url+"/readyz", map[string]string{"Authorization": "Bearer admin-token"})
 	t.Logf("GET /readyz, median of 100 on kept-alive connections: through Muster %s, straight to the kube-apiserver %s (+%s)",
 		viaMuster.Round(10*time.Microsecond), direct.Round(10*time.Microsecond), (viaMuster - direct).Round(10*time.Microsecond))
+}
+
+// TestClusterAPIProxyHA: with two servers, a user sending the cluster's
+// API requests to the server that does not hold the control-plane
+// machine's tunnel is forwarded, as themselves, to the one that does:
+// reads, writes, the impersonated name and an upgraded request (over
+// HTTP/1.1 between the servers) all work through either.
+func TestClusterAPIProxyHA(t *testing.T) {
+	d := startDownstream(t)
+	d.grantMusterRoles(t)
+	servers := startHA(t, pgtest.DSN(t), 2)
+	if out, err := applyDoc(t, servers[0], d.clusterDoc("prod")); err != nil {
+		t.Fatalf("applying the cluster: %v\n%s", err, out)
+	}
+	a := startAgent(t, servers[0], t.TempDir(), "--token-file", writeTokenFile(t, newToken(t, servers[0], "--cluster", "prod")), "--node-name", "cp-1",
+		"--role", "controlplane", "--kube-apiserver-port", fmt.Sprint(d.port))
+	a.waitOutput("opened the tunnel to the server", 60*time.Second)
+	waitPhase(t, servers[0], "cp-1", "Running", 60*time.Second)
+
+	other := servers[1]
+	operator := userKubeconfig(t, other, "otto", "muster:operators")
+	proxied := clusterKubeconfig(t, operator, "prod")
+	if raw, _ := os.ReadFile(proxied); !strings.Contains(string(raw), other.url()+"/k8s/clusters/prod") {
+		t.Fatalf("the kubeconfig does not point at the second server:\n%s", raw)
+	}
+	// Until the second server has the first's liveness report (which
+	// says who holds the tunnel), it answers 503; then it forwards.
+	waitFor(t, 30*time.Second, "the second server to forward /readyz", func() bool {
+		out, err := kubectlAs(proxied, "get", "--raw", "/k8s/clusters/prod/readyz?verbose")
+		return err == nil && strings.Contains(out, kubeAPIServerOnlyCheck)
+	})
+	if out, err := kubectlAs(proxied, "create", "namespace", "via-the-other-server"); err != nil {
+		t.Fatalf("create namespace through the second server: %v: %s", err, out)
+	}
+	out, err := kubectlAs(proxied, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+	if err != nil || out != "otto" {
+		t.Errorf("the cluster sees the forwarded user as %q (%v); want otto", out, err)
+	}
+	wsPath := "/k8s/clusters/prod/api/v1/namespaces?watch=true&fieldSelector=metadata.name%3Dvia-the-other-server"
+	if status, body := websocket(t, other, operator, wsPath, "via-the-other-server"); status != http.StatusSwitchingProtocols || !strings.Contains(body, "via-the-other-server") {
+		t.Errorf("a websocket watch through the second server: %d %.300q; want 101 and the namespace's event", status, body)
+	}
+	if !strings.Contains(other.log.String(), "Forwarding to the server that holds the machine's tunnel") {
+		t.Error("the second server did not say it forwarded to the first")
+	}
 }
 
 func pkiPool(t *testing.T, caPEM []byte) *x509.CertPool {
