@@ -11,6 +11,8 @@ require (
 	k8s.io/client-go v0.37.2
 )
 
+require github.com/mxk/go-flowrate v0.0.0-20140419014527-cca7078d478f // indirect
+
 require (
 	cel.dev/expr v0.25.3 // indirect
 	filippo.io/edwards25519 v1.2.0 // indirect

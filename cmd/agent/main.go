@@ -57,6 +57,9 @@ func newRootCommand() *cobra.Command {
 					return fmt.Errorf("--allow-port %d: a port is 1 to 65535", p)
 				}
 			}
+			if cfg.KubeAPIPort < 0 || cfg.KubeAPIPort > 65535 {
+				return fmt.Errorf("--kube-apiserver-port %d: a port is 1 to 65535, or 0 to refuse the server's proxy of the cluster's API", cfg.KubeAPIPort)
+			}
 			if cfg.Token != "" && cfg.TokenFile != "" {
 				return fmt.Errorf("--token and --token-file both given: pass only --token-file")
 			}
@@ -83,6 +86,7 @@ func newRootCommand() *cobra.Command {
 	f.StringVar(&cfg.LogFormat, "log-format", "text", logformat.Usage)
 	f.BoolVar(&cfg.DisableExec, "disable-exec", false, "refuse every exec the server relays (kubectl muster exec); the agent says so to whoever asked")
 	f.IntSliceVar(&cfg.AllowPorts, "allow-port", nil, "a port on this machine's loopback (127.0.0.1) that kubectl muster port-forward may reach through the server (repeatable; none by default)")
+	f.IntVar(&cfg.KubeAPIPort, "kube-apiserver-port", 6443, "the port of this machine's kube-apiserver on its loopback (127.0.0.1), which the server's proxy of the cluster's API (/k8s/clusters/NAME) may reach through the tunnel when the machine has role controlplane; 0 refuses it. Never reachable by kubectl muster port-forward")
 	f.BoolVar(&cfg.InsecureSkipCACheck, "insecure-skip-ca-check", false, "accept a token without a CA hash and do not verify the server (dangerous)")
 	cmd.AddCommand(newSimulateCommand(), version.Command("muster-agent"))
 	return cmd

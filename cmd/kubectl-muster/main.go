@@ -4,6 +4,10 @@
 //	kubectl muster exec machine/edge-1 -- uptime
 //	kubectl muster port-forward machine/edge-1 9100
 //	kubectl muster logs machine/edge-1
+//
+// and prints a kubeconfig for a cluster's own API through the server:
+//
+//	kubectl muster kubeconfig prod > prod.kubeconfig
 package main
 
 import (
@@ -45,6 +49,17 @@ func newCommand() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&o.Kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
 	root.PersistentFlags().StringVar(&o.Context, "context", "", "the kubeconfig context to use")
+	var output string
+	kubeconfig := &cobra.Command{
+		Use:   "kubeconfig CLUSTER",
+		Short: "Print a kubeconfig for CLUSTER's own Kubernetes API through the server (/k8s/clusters/CLUSTER), as the current kubeconfig's user",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.ClusterKubeconfig(cmd.Context(), args[0], output)
+		},
+	}
+	kubeconfig.Flags().StringVarP(&output, "output", "o", "", "write the kubeconfig to this file (mode 0600) instead of stdout; it holds your credentials")
+	root.AddCommand(kubeconfig)
 	root.AddCommand(&cobra.Command{
 		Use:   "exec machine/NAME -- COMMAND [ARGS...]",
 		Short: "Run a command on a machine; its stdout, stderr and exit code come back",

@@ -68,6 +68,9 @@ type Config struct {
 	// PortsFlag names the flag that publishes ports, for a refused
 	// port-forward; "--allow-port" when empty.
 	PortsFlag string
+	// KubeAPIPort is the kube-apiserver's loopback port the server's
+	// proxy of the cluster's API may reach; zero refuses it.
+	KubeAPIPort int
 	// RefusePlans, if set, is why this agent carries out no plan that
 	// would run or write anything (files, instructions, probes, an agent
 	// upgrade): such a plan is reported failed, with this as its output.
@@ -201,7 +204,7 @@ const logRingBytes = 256 << 10
 // tunnel holds the agent's tunnel to the server on c's connection until
 // ctx ends (internal/tunnel), serving what the agent's flags allow.
 func (a *agent) tunnel(ctx context.Context, c *session) {
-	RunTunnel(ctx, c.http, c.host, tunnel.Policy{DisableExec: a.cfg.DisableExec, ExecRefusal: a.cfg.ExecRefusal, AllowPorts: a.cfg.AllowPorts, PortsFlag: a.cfg.PortsFlag, Log: a.ring}, a.say)
+	RunTunnel(ctx, c.http, c.host, tunnel.Policy{DisableExec: a.cfg.DisableExec, ExecRefusal: a.cfg.ExecRefusal, AllowPorts: a.cfg.AllowPorts, PortsFlag: a.cfg.PortsFlag, KubeAPIPort: a.cfg.KubeAPIPort, Log: a.ring}, a.say)
 }
 
 // RunTunnel is the agent's tunnel, shared with `muster-agent simulate`:

@@ -88,6 +88,12 @@ var roleGrants = func() []roleGrant {
 		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machines", subresource: "exec", verbs: []string{"create"}},
 		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machines", subresource: "portforward", verbs: []string{"create"}},
 		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machines", subresource: "log", verbs: []string{"get"}},
+		// A cluster's own API through the server (internal/k8sproxy):
+		// viewers read it (their "*" read grant above gives them "get"),
+		// operators also write, exec and port-forward (an upgraded
+		// request is "create"). The cluster's RBAC then judges the user
+		// the server impersonates there.
+		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "clusters", subresource: api.ClusterProxySubresource, verbs: []string{"create", "update", "patch", "delete"}},
 		roleGrant{groups: []string{caller.MetricsReadersGroup}, path: "/metrics", verbs: []string{"get"}},
 		// The drivers and their schemas (drivers.go): what a pool's
 		// driverConfig may hold, which anyone who reads pools may know.

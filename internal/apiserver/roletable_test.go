@@ -46,10 +46,14 @@ func roleTableRows() []authorizer.AttributesRecord {
 		res(api.GroupName, registry.Machine.Resource, sub)
 	}
 	res(api.GroupName, registry.Cluster.Resource, "history")
+	// A cluster's own API through the server (/k8s/clusters/NAME/...).
+	res(api.GroupName, registry.Cluster.Resource, api.ClusterProxySubresource)
 	// Never served: asked of the authorizer to decide who reads a plan's
 	// secrets whole (internal/registry/secrets.go).
 	res(api.GroupName, registry.MachinePlan.Resource, "secrets")
 	res(api.GroupName, registry.MachinePlanSet.Resource, "secrets")
+	// Never served either: who reads a cluster's API credential whole.
+	res(api.GroupName, registry.Cluster.Resource, "secrets")
 	res("", "events", "")
 	for _, p := range []string{"/apis", "/openapi/v3", DriversPath, DriversPath + "/NAME", "/metrics"} {
 		rows = append(rows, authorizer.AttributesRecord{Path: p})

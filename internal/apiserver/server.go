@@ -37,6 +37,7 @@ import (
 	"github.com/muster-io/muster/internal/driver"
 	"github.com/muster-io/muster/internal/events"
 	"github.com/muster-io/muster/internal/generated/openapi"
+	"github.com/muster-io/muster/internal/k8sproxy"
 	"github.com/muster-io/muster/internal/registry"
 	"github.com/muster-io/muster/internal/tunnel/serve"
 	"github.com/muster-io/muster/internal/watchcache"
@@ -185,7 +186,11 @@ func New(cfg Config) (*Server, error) {
 	// in-flight limits. Its tunnel's streams are bounded instead by
 	// tunnel.DefaultMaxStreams. (The tunnels themselves are served ahead
 	// of the chain: withTunnels.)
-	longRunning := genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"), sets.NewString("exec", "portforward", "log"))
+	// So does a request to a cluster's API through the server
+	// (clusters/proxy, internal/k8sproxy), as kube-apiserver treats
+	// pods/proxy: its watches and execs last as long as the user keeps
+	// them, and the cluster's own kube-apiserver bounds the rest.
+	longRunning := genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"), sets.NewString("exec", "portforward", "log", v1alpha1.ClusterProxySubresource))
 	rc.LongRunningFunc = longRunning
 	if cfg.SelfPaced != nil {
 		// A download of a binary on a slow link may outlast the request
@@ -194,6 +199,9 @@ func New(cfg Config) (*Server, error) {
 			return longRunning(r, ri) || cfg.SelfPaced(r)
 		}
 	}
+	// /k8s/clusters/NAME/... is a verb on clusters/proxy, so that the
+	// chain's authorizer judges it with the roles (internal/k8sproxy).
+	rc.RequestInfoResolver = k8sproxy.RequestInfoResolver(genericapiserver.NewRequestInfoResolver(&rc.Config))
 	observe := cfg.ObserveCaller
 	gate := &credentialGate{tokens: cfg.Tokens, agents: cfg.Agents, failures: newFailureLimiter(AuthFailureLimit, AuthFailureWindow), hold: credentialHold,
 		recheck: unknownTokenRecheck, rechecking: make(chan struct{}, maxRechecking)}
@@ -335,6 +343,16 @@ func New(cfg Config) (*Server, error) {
 		w.Header().Set("Content-Type", "application/x-pem-file")
 		_, _ = w.Write(caBundle)
 	})
+	if cfg.Tunnels != nil {
+		// A cluster's own API, through a control-plane machine's tunnel;
+		// the chain has authorized the user on clusters/proxy already.
+		generic.Handler.NonGoRestfulMux.HandlePrefix(k8sproxy.Prefix, &k8sproxy.Proxy{
+			Source: objects, Hub: cfg.Tunnels.Hub, Forwarding: cfg.Tunnels.Forwarding,
+			Refuse: func(w http.ResponseWriter, r *http.Request, err error) {
+				responsewriters.ErrorNegotiated(err, Codecs, schema.GroupVersion{}, w, r)
+			},
+		})
+	}
 	if cfg.Drivers != nil {
 		h := driversHandler{drivers: cfg.Drivers}
 		generic.Handler.NonGoRestfulMux.Handle(DriversPath, h)

@@ -20,7 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/muster-io/muster/internal/atomicfile"
 	"github.com/muster-io/muster/internal/tunnel"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
@@ -257,4 +259,79 @@ func (r readOnly) Close() error {
 		return half.CloseRead()
 	}
 	return nil
+}
+
+// ClusterKubeconfig writes a kubeconfig for cluster's own Kubernetes API through
+// the server (/k8s/clusters/CLUSTER, internal/k8sproxy): the server and CA
+// of the current context, the cluster's path on it, and the current
+// context's user, its credentials copied in (files read), so that kubectl
+// reaches the cluster as the same Muster user with the same roles. It is
+// written to output (mode 0600) or, when output is "", to Stdout.
+func (o Options) ClusterKubeconfig(ctx context.Context, cluster, output string) error {
+	if cluster == "" || strings.Contains(cluster, "/") {
+		return fmt.Errorf("%q: give a cluster's name (kubectl get clusters lists them)", cluster)
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.Kubeconfig
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.Context})
+	raw, err := loader.RawConfig()
+	if err != nil {
+		return fmt.Errorf("reading the kubeconfig: %w (set KUBECONFIG or --kubeconfig to your Muster kubeconfig)", err)
+	}
+	name := o.Context
+	if name == "" {
+		name = raw.CurrentContext
+	}
+	kctx := raw.Contexts[name]
+	if kctx == nil {
+		return fmt.Errorf("the kubeconfig has no context %q: pick one with --context (kubectl config get-contexts lists them)", name)
+	}
+	server, user := raw.Clusters[kctx.Cluster], raw.AuthInfos[kctx.AuthInfo]
+	if server == nil || user == nil {
+		return fmt.Errorf("context %q names cluster %q and user %q, which the kubeconfig does not both hold: fix the kubeconfig", name, kctx.Cluster, kctx.AuthInfo)
+	}
+	// Ask the server first: a cluster that does not exist, or a user who
+	// may not read it, is told now rather than at the first kubectl.
+	c, err := o.client()
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/apis/%s/%s/clusters/%s", c.host, api.GroupName, api.SchemeGroupVersion.Version, url.PathEscape(cluster)), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("reaching the server: %w", err)
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return fmt.Errorf("cluster %q does not exist on %s: kubectl get clusters lists them", cluster, c.host)
+	case resp.StatusCode != http.StatusOK:
+		return serverError(resp)
+	}
+
+	out := clientcmdapi.NewConfig()
+	entry := "muster-" + cluster
+	s := server.DeepCopy()
+	s.Server = strings.TrimSuffix(server.Server, "/") + "/k8s/clusters/" + url.PathEscape(cluster)
+	out.Clusters[entry] = s
+	out.AuthInfos[entry] = user.DeepCopy()
+	out.Contexts[entry] = &clientcmdapi.Context{Cluster: entry, AuthInfo: entry}
+	out.CurrentContext = entry
+	// One file that works wherever it is copied: paths to the CA and the
+	// user's certificate become their content.
+	if err := clientcmdapi.FlattenConfig(out); err != nil {
+		return fmt.Errorf("reading the files the kubeconfig names: %w", err)
+	}
+	b, err := clientcmd.Write(*out)
+	if err != nil {
+		return err
+	}
+	if output == "" {
+		_, err = o.Stdout.Write(b)
+		return err
+	}
+	return atomicfile.Write(output, b, 0o600)
 }

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
@@ -95,6 +97,24 @@ func (o *Objects) MachinesOfClient(ctx context.Context, clientID string) ([]api.
 	var out []api.Machine
 	for _, m := range list.(*api.MachineList).Items {
 		if m.Spec.ClientID == clientID {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// MachinesWithRole lists, from the watch cache, the Machines of cluster
+// that have role (their role.muster.io/<role> label, which the server
+// keeps equal to spec.roles), for the proxy of the cluster's API.
+func (o *Objects) MachinesWithRole(ctx context.Context, cluster, role string) ([]api.Machine, error) {
+	sel := labels.SelectorFromSet(labels.Set{api.RoleLabelPrefix + role: "true"})
+	list, err := o.machines.List(clusterScoped(ctx), &metainternalversion.ListOptions{ResourceVersion: "0", LabelSelector: sel})
+	if err != nil {
+		return nil, err
+	}
+	var out []api.Machine
+	for _, m := range list.(*api.MachineList).Items {
+		if m.Spec.Cluster == cluster && slices.Contains(m.Spec.Roles, role) {
 			out = append(out, m)
 		}
 	}

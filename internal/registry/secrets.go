@@ -86,6 +86,10 @@ func holdsSecrets(obj runtime.Object) bool {
 	switch obj.(type) {
 	case *api.MachinePlan, *api.MachinePlanList, *api.MachinePlanSet, *api.MachinePlanSetList:
 		return true
+	case *api.Cluster, *api.ClusterList:
+		// The credential the server reaches the cluster's kube-apiserver
+		// with (spec.kubernetesAPI.credential): administrators' alone.
+		return true
 	}
 	return false
 }
@@ -121,8 +125,29 @@ func redacted(obj runtime.Object) runtime.Object {
 			redactPlanSet(&c.Items[i])
 		}
 		return c
+	case *api.Cluster:
+		c := o.DeepCopy()
+		redactCluster(c)
+		return c
+	case *api.ClusterList:
+		c := o.DeepCopy()
+		for i := range c.Items {
+			redactCluster(&c.Items[i])
+		}
+		return c
 	}
 	return obj
+}
+
+// redactCluster hides the key and the token the server impersonates users
+// with on the cluster's kube-apiserver; the certificate, the CA and the
+// port say nothing secret, and show which credential is set.
+func redactCluster(c *api.Cluster) {
+	redactMeta(&c.ObjectMeta)
+	if k := c.Spec.KubernetesAPI; k != nil {
+		k.Credential.ClientKey = redactText(k.Credential.ClientKey)
+		k.Credential.Token = redactText(k.Credential.Token)
+	}
 }
 
 func redactPlan(p *api.MachinePlan) {
@@ -297,13 +322,14 @@ func (r *secretsREST) DeleteCollection(ctx context.Context, deleteValidation res
 	return r.guard.out(ctx, requestName(ctx), out), nil
 }
 
-// GuardSecrets makes the plan kinds' storages (machineplans,
-// machineplansets, and their status) answer each caller only the secrets
-// authz allows it (api.SecretsSubresource). It is called once, with the
-// server's authorizer, before the storages are installed.
+// GuardSecrets makes the storages of the kinds that hold secrets
+// (machineplans, machineplansets, clusters, and their status) answer each
+// caller only the secrets authz allows it (api.SecretsSubresource). It is
+// called once, with the server's authorizer, before the storages are
+// installed.
 func GuardSecrets(storages []*Storage, authz authorizer.Authorizer) error {
 	for _, s := range storages {
-		if s.Resource != MachinePlan.Resource && s.Resource != MachinePlanSet.Resource {
+		if s.Resource != MachinePlan.Resource && s.Resource != MachinePlanSet.Resource && s.Resource != Cluster.Resource {
 			continue
 		}
 		guard := secretGuard{authz: authz, resource: s.Resource}

@@ -61,6 +61,10 @@ func (h HostAgentAbilities) agentConfig(acfg agent.Config) agent.Config {
 		acfg.RefusePlans = hostPlansRefusal
 	}
 	acfg.AllowPorts, acfg.PortsFlag = h.AllowPorts, hostPortsFlag
+	// The server's own host is never reached as a cluster's control plane
+	// (the proxy of a cluster's API, /k8s/clusters/): operators would
+	// reach whatever listens there with the cluster's credential.
+	acfg.KubeAPIPort = 0
 	return acfg
 }
 

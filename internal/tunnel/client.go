@@ -33,6 +33,10 @@ type Policy struct {
 	// PortsFlag names the flag that publishes ports, for a refusal;
 	// "--allow-port" when empty.
 	PortsFlag string
+	// KubeAPIPort is the loopback port of the machine's kube-apiserver
+	// that the server's proxy of the cluster's API may reach
+	// (--kube-apiserver-port); zero refuses it.
+	KubeAPIPort int
 	// Log is the agent's recent log, served to `kubectl muster logs`.
 	Log *Ring
 }
@@ -60,7 +64,11 @@ func (p Policy) String() string {
 	case p.DisableExec:
 		exec = "exec disabled (--disable-exec)"
 	}
-	return fmt.Sprintf("%s; port-forward to loopback ports: %s", exec, strings.TrimPrefix(allowed(p.AllowPorts), "allowed: "))
+	kubeAPI := "none"
+	if p.KubeAPIPort != 0 {
+		kubeAPI = strconv.Itoa(p.KubeAPIPort)
+	}
+	return fmt.Sprintf("%s; port-forward to loopback ports: %s; the cluster's API proxy to loopback port: %s", exec, strings.TrimPrefix(allowed(p.AllowPorts), "allowed: "), kubeAPI)
 }
 
 // Client is the agent's end: it holds a tunnel open and serves the
@@ -245,6 +253,25 @@ func (c *Client) serveStream(ctx context.Context, s *yamux.Stream) {
 			return
 		}
 		pipe(s, conn.(*net.TCPConn))
+	case KindKubeAPI:
+		if c.Policy.KubeAPIPort == 0 || req.Port != c.Policy.KubeAPIPort {
+			refuse("the server asked for the cluster's API on port %d, but this agent reaches the kube-apiserver only on the port given with --kube-apiserver-port (%s): "+
+				"make the Cluster's spec.kubernetesAPI.port and the agent's flag agree", req.Port, kubeAPIPort(c.Policy.KubeAPIPort))
+			return
+		}
+		var d net.Dialer
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		conn, err := d.DialContext(dctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(req.Port)))
+		cancel()
+		if err != nil {
+			refuse("the kube-apiserver does not answer on 127.0.0.1:%d on this machine (%v): is it running?", req.Port, err)
+			return
+		}
+		defer conn.Close()
+		if err := writeHeader(s, Reply{}); err != nil {
+			return
+		}
+		pipe(s, conn.(*net.TCPConn))
 	case KindLog:
 		if c.Policy.Log == nil {
 			refuse("this agent keeps no log to serve")
@@ -255,8 +282,15 @@ func (c *Client) serveStream(ctx context.Context, s *yamux.Stream) {
 		}
 		_, _ = s.Write(c.Policy.Log.Bytes())
 	default:
-		refuse("unknown stream kind %q: this agent serves exec, portforward and log (is it older than the server?)", req.Kind)
+		refuse("unknown stream kind %q: this agent serves exec, portforward, kubeapi and log (is it older than the server?)", req.Kind)
 	}
+}
+
+func kubeAPIPort(p int) string {
+	if p == 0 {
+		return "0: refused"
+	}
+	return strconv.Itoa(p)
 }
 
 func allowed(ports []int) string {

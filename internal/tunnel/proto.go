@@ -31,6 +31,13 @@ const (
 	KindExec        = "exec"
 	KindPortForward = "portforward"
 	KindLog         = "log"
+	// KindKubeAPI is a connection to the kube-apiserver on the machine's
+	// loopback, for the server's proxy of the cluster's API
+	// (/k8s/clusters/<name>/). It is apart from a port-forward so that
+	// the agent reaches that port for the proxy alone, which
+	// authenticates as the cluster's own credential and impersonates
+	// the user, never for a user's port-forward.
+	KindKubeAPI = "kubeapi"
 )
 
 // Limits shared by the server (which checks first, to answer 4xx) and the

@@ -47,8 +47,9 @@ func hostIP(t *testing.T) string {
 // startKubeAPIServer runs a real kube-apiserver on a real standalone kine
 // (SQLite), with a front proxy whose client certificate the test keeps, and
 // static tokens: "admin" (system:masters), "muster" (muster's delegation
-// user) and "bob" (no rights until a test grants some).
-func startKubeAPIServer(t *testing.T, peer string) (*kubeAPIServer, tls.Certificate) {
+// user) and "bob" (no rights until a test grants some). extra are more
+// flags (a test's own serving certificate or client CA).
+func startKubeAPIServer(t *testing.T, peer string, extra ...string) (*kubeAPIServer, tls.Certificate) {
 	dir := t.TempDir()
 	kinePort := freePort(t)
 	kine := exec.Command(filepath.Join(peer, "kine"), "--endpoint",
@@ -110,6 +111,7 @@ func startKubeAPIServer(t *testing.T, peer string) (*kubeAPIServer, tls.Certific
 		"--proxy-client-cert-file="+filepath.Join(dir, "front-proxy-client.crt"),
 		"--proxy-client-key-file="+filepath.Join(dir, "front-proxy-client.key"),
 	)
+	cmd.Args = append(cmd.Args, extra...)
 	cmd.Stdout, cmd.Stderr = k.log, k.log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -27,6 +27,8 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 	return map[string]common.OpenAPIDefinition{
 		v1alpha1.AgentUpgrade{}.OpenAPIModelName():                   schema_pkg_apis_muster_v1alpha1_AgentUpgrade(ref),
 		v1alpha1.Cluster{}.OpenAPIModelName():                        schema_pkg_apis_muster_v1alpha1_Cluster(ref),
+		v1alpha1.ClusterAPICredential{}.OpenAPIModelName():           schema_pkg_apis_muster_v1alpha1_ClusterAPICredential(ref),
+		v1alpha1.ClusterKubernetesAPI{}.OpenAPIModelName():           schema_pkg_apis_muster_v1alpha1_ClusterKubernetesAPI(ref),
 		v1alpha1.ClusterList{}.OpenAPIModelName():                    schema_pkg_apis_muster_v1alpha1_ClusterList(ref),
 		v1alpha1.ClusterRegistration{}.OpenAPIModelName():            schema_pkg_apis_muster_v1alpha1_ClusterRegistration(ref),
 		v1alpha1.ClusterRegistrationList{}.OpenAPIModelName():        schema_pkg_apis_muster_v1alpha1_ClusterRegistrationList(ref),
@@ -471,6 +473,85 @@ func schema_pkg_apis_muster_v1alpha1_Cluster(ref common.ReferenceCallback) commo
 		},
 		Dependencies: []string{
 			v1alpha1.ClusterSpec{}.OpenAPIModelName(), v1alpha1.ClusterStatus{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_ClusterAPICredential(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ClusterAPICredential is a client certificate and key, or a bearer token. The key and the token are secrets: only callers allowed \"get\" on clusters/secrets (administrators) read them whole; everyone else reads Redacted. They are never logged.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"clientCertificate": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ClientCertificate is a PEM client certificate, with ClientKey.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"clientKey": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ClientKey is ClientCertificate's PEM private key.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"token": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Token is a bearer token, instead of a client certificate.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_ClusterKubernetesAPI(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ClusterKubernetesAPI is how the server reaches a cluster's kube-apiserver.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"port": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Port is the kube-apiserver's port on each control-plane machine's loopback (127.0.0.1), which the machine's agent dials for the server; the agent reaches it only if it is the agent's own --kube-apiserver-port. Default 6443.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"caCertificate": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CACertificate is the PEM CA bundle that signs the kube-apiserver's serving certificate: the server verifies it against this bundle only, never the system's roots.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"serverName": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ServerName is the name the serving certificate must be valid for. Empty: the address 127.0.0.1.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"credential": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Credential is what the server authenticates to the kube-apiserver with; it must be allowed to impersonate users and groups there.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.ClusterAPICredential{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"caCertificate", "credential"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.ClusterAPICredential{}.OpenAPIModelName()},
 	}
 }
 
@@ -1085,9 +1166,17 @@ func schema_pkg_apis_muster_v1alpha1_ClusterSpec(ref common.ReferenceCallback) c
 							Format:      "",
 						},
 					},
+					"kubernetesAPI": {
+						SchemaProps: spec.SchemaProps{
+							Description: "KubernetesAPI is how the server reaches the cluster's own kube-apiserver, for users who reach it through the server at /k8s/clusters/<name>/ (ClusterProxySubresource): on which port of its control-plane machines (role controlplane) it listens, the CA that signs its serving certificate, and the credential the server impersonates users with. Unset: the cluster's API is not served. Today an administrator writes it; the planner will.",
+							Ref:         ref(v1alpha1.ClusterKubernetesAPI{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
+		Dependencies: []string{
+			v1alpha1.ClusterKubernetesAPI{}.OpenAPIModelName()},
 	}
 }
 

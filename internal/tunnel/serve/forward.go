@@ -1,13 +1,16 @@
 package serve
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"net/http/httputil"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/klog/v2"
 
@@ -29,6 +32,9 @@ type Forwarding struct {
 	Locate func(machine string) (string, time.Time, bool)
 	// Transport carries this server's peer certificate.
 	Transport http.RoundTripper
+
+	h1Once sync.Once
+	h1     http.RoundTripper
 }
 
 // forward proxies r to the server at address as the user who sent it
@@ -36,7 +42,19 @@ type Forwarding struct {
 // user again and records the exec, so the audit names the user wherever
 // the request landed. Both bodies stream, flushed as they go.
 func (f *Forwarding) forward(address string, m *api.Machine, who user.Info, w http.ResponseWriter, r *http.Request) {
-	klog.InfoS("Forwarding to the server that holds the machine's tunnel", "machine", m.Name, "server", address, "user", who.GetName())
+	f.Forward(address, m.Name, who, w, r)
+}
+
+// Forward proxies r to the server at address, which holds machine's
+// tunnel, as the user who sent it (see forward). An upgraded request (an
+// exec or a websocket through the proxy of a cluster's API) goes over
+// HTTP/1.1, the only protocol that carries an upgrade.
+func (f *Forwarding) Forward(address, machine string, who user.Info, w http.ResponseWriter, r *http.Request) {
+	klog.InfoS("Forwarding to the server that holds the machine's tunnel", "machine", machine, "server", address, "user", who.GetName())
+	transport := f.Transport
+	if httpstream.IsUpgradeRequest(r) {
+		transport = f.http1()
+	}
 	rc := http.NewResponseController(w)
 	_ = rc.EnableFullDuplex()
 	proxy := &httputil.ReverseProxy{
@@ -60,14 +78,34 @@ func (f *Forwarding) forward(address string, m *api.Machine, who user.Info, w ht
 			}
 			pr.Out.Header.Set(ForwardedHeader, f.Self)
 		},
-		Transport:     f.Transport,
+		Transport:     transport,
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			e := apierrors.NewServiceUnavailable(fmt.Sprintf("the agent of machine %s is connected to server %s, which this server could not reach (%v): try again, or send the request to that server", m.Name, address, err))
+			e := apierrors.NewServiceUnavailable(fmt.Sprintf("the agent of machine %s is connected to server %s, which this server could not reach (%v): try again, or send the request to that server", machine, address, err))
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":%q,"reason":"ServiceUnavailable","code":503}`, e.ErrStatus.Message)
 		},
 	}
 	proxy.ServeHTTP(w, r)
+}
+
+// http1 is Transport restricted to HTTP/1.1, for upgraded requests; a
+// Transport that is not an *http.Transport is used as it is.
+func (f *Forwarding) http1() http.RoundTripper {
+	f.h1Once.Do(func() {
+		t, ok := f.Transport.(*http.Transport)
+		if !ok {
+			f.h1 = f.Transport
+			return
+		}
+		c := t.Clone()
+		c.ForceAttemptHTTP2 = false
+		c.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+		if c.TLSClientConfig != nil {
+			c.TLSClientConfig.NextProtos = []string{"http/1.1"}
+		}
+		f.h1 = c
+	})
+	return f.h1
 }

@@ -80,6 +80,69 @@ type ClusterSpec struct {
 	// that agent. Empty for clusters an operator created. Immutable once set.
 	// +optional
 	ClientID string `json:"clientID,omitempty"`
+	// KubernetesAPI is how the server reaches the cluster's own
+	// kube-apiserver, for users who reach it through the server at
+	// /k8s/clusters/<name>/ (ClusterProxySubresource): on which port of
+	// its control-plane machines (role controlplane) it listens, the CA
+	// that signs its serving certificate, and the credential the server
+	// impersonates users with. Unset: the cluster's API is not served.
+	// Today an administrator writes it; the planner will.
+	// +optional
+	KubernetesAPI *ClusterKubernetesAPI `json:"kubernetesAPI,omitempty"`
+}
+
+// DefaultKubernetesAPIPort is the port a cluster's kube-apiserver listens
+// on when spec.kubernetesAPI.port is not set, as kubeadm's and RKE2's do.
+const DefaultKubernetesAPIPort = 6443
+
+// ClusterProxySubresource names the permission to reach a cluster's
+// Kubernetes API through the server (/k8s/clusters/<name>/...): "get" on
+// clusters/proxy for a request that reads (GET, HEAD), "create", "update",
+// "patch" or "delete" for one that writes (POST, PUT, PATCH, DELETE), and
+// "create" for every upgraded request (exec, attach, port-forward), as
+// kube-apiserver asks for pods/proxy. It is not served under /apis.
+const ClusterProxySubresource = "proxy"
+
+// ControlPlaneRole is the machine role whose machines run a cluster's
+// kube-apiserver: the server reaches the cluster's API through the tunnel
+// of a Running machine that has it.
+const ControlPlaneRole = "controlplane"
+
+// ClusterKubernetesAPI is how the server reaches a cluster's kube-apiserver.
+type ClusterKubernetesAPI struct {
+	// Port is the kube-apiserver's port on each control-plane machine's
+	// loopback (127.0.0.1), which the machine's agent dials for the
+	// server; the agent reaches it only if it is the agent's own
+	// --kube-apiserver-port. Default 6443.
+	// +optional
+	Port int32 `json:"port,omitempty"`
+	// CACertificate is the PEM CA bundle that signs the kube-apiserver's
+	// serving certificate: the server verifies it against this bundle
+	// only, never the system's roots.
+	CACertificate string `json:"caCertificate"`
+	// ServerName is the name the serving certificate must be valid for.
+	// Empty: the address 127.0.0.1.
+	// +optional
+	ServerName string `json:"serverName,omitempty"`
+	// Credential is what the server authenticates to the kube-apiserver
+	// with; it must be allowed to impersonate users and groups there.
+	Credential ClusterAPICredential `json:"credential"`
+}
+
+// ClusterAPICredential is a client certificate and key, or a bearer
+// token. The key and the token are secrets: only callers allowed "get" on
+// clusters/secrets (administrators) read them whole; everyone else reads
+// Redacted. They are never logged.
+type ClusterAPICredential struct {
+	// ClientCertificate is a PEM client certificate, with ClientKey.
+	// +optional
+	ClientCertificate string `json:"clientCertificate,omitempty"`
+	// ClientKey is ClientCertificate's PEM private key.
+	// +optional
+	ClientKey string `json:"clientKey,omitempty"`
+	// Token is a bearer token, instead of a client certificate.
+	// +optional
+	Token string `json:"token,omitempty"`
 }
 
 // ClusterStatus is the observed state of a Cluster.

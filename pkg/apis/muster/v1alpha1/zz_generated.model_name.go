@@ -22,6 +22,16 @@ func (in Cluster) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ClusterAPICredential) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.ClusterAPICredential"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ClusterKubernetesAPI) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.ClusterKubernetesAPI"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ClusterList) OpenAPIModelName() string {
 	return "io.muster.v1alpha1.ClusterList"
 }

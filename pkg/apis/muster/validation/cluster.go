@@ -1,6 +1,9 @@
 package validation
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
@@ -13,7 +16,7 @@ func ValidateCluster(c *api.Cluster) field.ErrorList {
 	if c.Spec.ClientID != "" {
 		errs = append(errs, validateIdentifier(c.Spec.ClientID, spec.Child("clientID"))...)
 	}
-	return errs
+	return append(errs, validateKubernetesAPI(c.Spec.KubernetesAPI, spec.Child("kubernetesAPI"))...)
 }
 
 // ValidateClusterUpdate refuses a change of a Cluster's clientID once set.
@@ -37,4 +40,59 @@ func ValidateClusterStatusUpdate(c, old *api.Cluster) field.ErrorList {
 		errs = append(errs, field.Forbidden(status.Child("phase"), "a cluster is Deleting only once it was deleted, and never leaves it: delete it with 'kubectl delete cluster "+c.Name+"' instead"))
 	}
 	return append(errs, validateConditions(c.Status.Conditions, old.Status.Conditions, status.Child("conditions"))...)
+}
+
+// maxPEMBytes bounds each PEM value of spec.kubernetesAPI: a CA bundle of
+// a few dozen certificates, far more than any cluster has.
+const maxPEMBytes = 64 << 10
+
+// validateKubernetesAPI checks what the server needs to reach a cluster's
+// kube-apiserver: a port, a CA bundle that parses, and one credential
+// that does (a certificate with its key, or a token). A value read
+// redacted and written back is refused, as in a plan.
+func validateKubernetesAPI(k *api.ClusterKubernetesAPI, fld *field.Path) field.ErrorList {
+	if k == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	if k.Port < 0 || k.Port > 65535 {
+		errs = append(errs, field.Invalid(fld.Child("port"), k.Port, "a TCP port is 1 to 65535 (0 or unset: 6443)"))
+	}
+	errs = append(errs, validateMaxLen(k.ServerName, 253, fld.Child("serverName"))...)
+	ca := fld.Child("caCertificate")
+	switch {
+	case k.CACertificate == "":
+		errs = append(errs, field.Required(ca, "the PEM CA bundle that signs the kube-apiserver's serving certificate: the server trusts nothing else for it"))
+	case len(k.CACertificate) > maxPEMBytes:
+		errs = append(errs, field.TooLong(ca, "", maxPEMBytes))
+	case !x509.NewCertPool().AppendCertsFromPEM([]byte(k.CACertificate)):
+		errs = append(errs, field.Invalid(ca, "", "holds no PEM certificate (BEGIN CERTIFICATE): give the kube-apiserver's CA, e.g. the content of its ca.crt"))
+	}
+	cred := fld.Child("credential")
+	const redactedWhy = `is what a caller who may not read the cluster's credential reads in its place (` + api.Redacted + `): write the real value`
+	c := k.Credential
+	for _, v := range []struct {
+		value string
+		path  *field.Path
+	}{{c.ClientKey, cred.Child("clientKey")}, {c.Token, cred.Child("token")}} {
+		if v.value == api.Redacted {
+			errs = append(errs, field.Invalid(v.path, api.Redacted, redactedWhy))
+		}
+		if len(v.value) > maxPEMBytes {
+			errs = append(errs, field.TooLong(v.path, "", maxPEMBytes))
+		}
+	}
+	hasCert := c.ClientCertificate != "" || c.ClientKey != ""
+	switch {
+	case hasCert && c.Token != "":
+		errs = append(errs, field.Invalid(cred, "", "give a client certificate and key, or a token, not both"))
+	case !hasCert && c.Token == "":
+		errs = append(errs, field.Required(cred, "a client certificate and key (clientCertificate, clientKey) or a token allowed to impersonate users and groups on the cluster's kube-apiserver"))
+	case hasCert && len(errs) == 0:
+		// Only the verdict: the parser's words could quote the key.
+		if _, err := tls.X509KeyPair([]byte(c.ClientCertificate), []byte(c.ClientKey)); err != nil {
+			errs = append(errs, field.Invalid(cred.Child("clientCertificate"), "", "clientCertificate and clientKey are not a PEM certificate and its private key"))
+		}
+	}
+	return errs
 }
