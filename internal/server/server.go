@@ -16,6 +16,7 @@ import (
 
 	"github.com/muster-io/muster/internal/datadir"
 
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
@@ -30,6 +31,7 @@ import (
 	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/internal/registry"
 	"github.com/muster-io/muster/internal/snapshot"
+	"github.com/muster-io/muster/internal/snapshot/s3store"
 	"github.com/muster-io/muster/internal/store"
 	"github.com/muster-io/muster/internal/tunnel"
 	"github.com/muster-io/muster/internal/tunnel/serve"
@@ -115,6 +117,9 @@ type Config struct {
 	SnapshotDir      string
 	// SnapshotRetention is how many scheduled snapshots are kept.
 	SnapshotRetention int
+	// SnapshotS3 is the object storage scheduled snapshots are uploaded
+	// to as well, SnapshotRetention of them kept there; none without a bucket.
+	SnapshotS3 s3store.Config
 }
 
 // ProcessDriverDefaultDir is where the process driver keeps its machines
@@ -259,11 +264,6 @@ func run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer stopHistory()
-	stopSnapshots, err := startSnapshots(ctx, cfg, ds)
-	if err != nil {
-		return err
-	}
-	defer stopSnapshots()
 	self := serverName(state.AdvertiseAddress, cfg.HTTPSPort)
 	advertised := net.JoinHostPort(state.AdvertiseAddress, fmt.Sprint(cfg.HTTPSPort))
 	peerTLS, err := peerTLSConfig(state.CA, self)
@@ -282,6 +282,11 @@ func run(ctx context.Context, cfg Config) error {
 
 	joins := join.New(join.Config{CA: state.CA, Validity: cfg.AgentCertificateValidity, TokenJoinRate: cfg.JoinRate, TokenJoinBurst: cfg.JoinBurst})
 	recorder := events.NewRecorder(self)
+	stopSnapshots, err := startSnapshots(ctx, cfg, ds, recorder, self)
+	if err != nil {
+		return err
+	}
+	defer stopSnapshots()
 	tokens := apiserver.NewTokenAuthenticator()
 	liveness := lifecycle.NewTracker()
 	metrics.Register()
@@ -397,10 +402,19 @@ func historyReader(ds *store.Datastore) registry.HistoryReader {
 	}
 }
 
-// startSnapshots takes scheduled snapshots of the datastore.
-func startSnapshots(ctx context.Context, cfg Config, ds *store.Datastore) (func(), error) {
+// startSnapshots takes scheduled snapshots of the datastore, and uploads
+// them to object storage when a bucket is configured; an upload's failure
+// is recorded on this server's ServerEndpoint (self).
+func startSnapshots(ctx context.Context, cfg Config, ds *store.Datastore, recorder record.EventRecorder, self string) (func(), error) {
 	if cfg.SnapshotInterval <= 0 {
+		if cfg.SnapshotS3.Enabled() {
+			return nil, fmt.Errorf("--snapshot-s3-bucket is set but --snapshot-interval is not: give --snapshot-interval (e.g. 12h) for scheduled snapshots to reach the bucket, or use muster-server datastore snapshot s3://BUCKET/PREFIX/ for one now")
+		}
 		return func() {}, nil
+	}
+	up, err := newOffsite(cfg, recorder, self)
+	if err != nil {
+		return nil, err
 	}
 	dir := cfg.SnapshotDir
 	if dir == "" {
@@ -414,7 +428,7 @@ func startSnapshots(ctx context.Context, cfg Config, ds *store.Datastore) (func(
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		snapshot.Schedule(sctx, client, ds.Backend(), dir, cfg.SnapshotInterval, cfg.SnapshotRetention)
+		snapshot.ScheduleUpload(sctx, client, ds.Backend(), dir, cfg.SnapshotInterval, cfg.SnapshotRetention, up)
 	}()
 	return func() { cancel(); <-done; client.Close() }, nil
 }
