@@ -460,19 +460,27 @@ func (s *Store) Download(ctx context.Context, name, dir string) (string, error) 
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(f, h), obj)
 	if err != nil {
+		// minio-go checks the body against the stored checksum as it reads.
+		if strings.Contains(err.Error(), "checksum mismatch") {
+			return "", s.damaged(key)
+		}
 		return "", fmt.Errorf("downloading s3://%s/%s: %w", s.cfg.Bucket, key, s.explain(err, key))
 	}
 	if n != st.Size {
 		return "", fmt.Errorf("downloading s3://%s/%s: got %d bytes of %d; try again", s.cfg.Bucket, key, n, st.Size)
 	}
 	if st.ChecksumSHA256 != "" && st.ChecksumSHA256 != base64.StdEncoding.EncodeToString(h.Sum(nil)) {
-		return "", fmt.Errorf("s3://%s/%s does not match the SHA-256 the store keeps for it: the object or the download is damaged; restore another snapshot", s.cfg.Bucket, key)
+		return "", s.damaged(key)
 	}
 	if err := f.Close(); err != nil {
 		return "", err
 	}
 	ok = true
 	return f.Name(), nil
+}
+
+func (s *Store) damaged(key string) error {
+	return fmt.Errorf("s3://%s/%s does not match the SHA-256 the store keeps for it: the object or the download is damaged; try again, or restore another snapshot", s.cfg.Bucket, key)
 }
 
 // ParseURL splits s3://bucket/key into the bucket and the key.

@@ -212,3 +212,32 @@ func TestEndpoints(t *testing.T) {
 		}
 	}
 }
+
+// An object damaged in the store (its bytes changed behind the server's
+// back, the checksum it keeps unchanged) is refused by a download, and no
+// file is left behind.
+func TestDownloadRefusesDamagedObject(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.MakeBucket(t, "backups")
+	s := newStore(t, srv, "backups", "muster", "")
+	ctx := context.Background()
+	file, data := writeFile(t, t.TempDir(), "muster-20260101T000000.000Z.snapshot", 4096)
+	if _, err := s.Upload(ctx, file, filepath.Base(file)); err != nil {
+		t.Fatal(err)
+	}
+	// versitygw's posix backend keeps each object as a file of the
+	// bucket's directory, its checksum in an extended attribute.
+	stored := filepath.Join(srv.Dir, "data", "backups", "muster", filepath.Base(file))
+	data[100] ^= 0xff
+	if err := os.WriteFile(stored, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	_, err := s.Download(ctx, filepath.Base(file), dir)
+	if err == nil || !strings.Contains(err.Error(), "does not match the SHA-256 the store keeps") {
+		t.Errorf("download of a damaged object: %v, want it refused for its checksum", err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("the refused download left %v behind", left)
+	}
+}
