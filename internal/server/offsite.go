@@ -48,11 +48,18 @@ func newOffsite(cfg Config, events record.EventRecorder, self string) (snapshot.
 	return &offsite{store: s, keep: cfg.SnapshotRetention, events: events, self: self}, nil
 }
 
+// uploadTimeout bounds one scheduled upload, retention included, so that a
+// store that stops answering mid-request cannot hold the schedule forever.
+const uploadTimeout = time.Hour
+
 func (o *offsite) Upload(ctx context.Context, file string) {
 	start := time.Now()
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, uploadTimeout)
+	defer cancel()
 	up, removed, err := o.store.UploadScheduled(ctx, file, o.keep)
 	if err != nil {
-		if ctx.Err() != nil {
+		if parent.Err() != nil {
 			return // the server is stopping
 		}
 		metrics.SnapshotUploadFailed()

@@ -282,7 +282,7 @@ func (s *Store) explain(err error, key string) error {
 	if resp.StatusCode == http.StatusForbidden {
 		return fmt.Errorf("the object store %s refused the request (403 %s): check the credentials and the key's permissions on bucket %q", s.endpoint, resp.Code, s.cfg.Bucket)
 	}
-	return fmt.Errorf("the object store %s: %w", s.endpoint, err)
+	return fmt.Errorf("the object store %s: %w; check the endpoint, and that the store is reachable from here", s.endpoint, err)
 }
 
 // Uploaded says what an upload stored.
