@@ -282,6 +282,14 @@ func (s *Store) explain(err error, key string) error {
 	if resp.StatusCode == http.StatusForbidden {
 		return fmt.Errorf("the object store %s refused the request (403 %s): check the credentials and the key's permissions on bucket %q", s.endpoint, resp.Code, s.cfg.Bucket)
 	}
+	var unknownCA x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	switch {
+	case errors.As(err, &unknownCA):
+		return fmt.Errorf("the object store %s presents a certificate signed by a CA this machine does not trust: give that CA's PEM file with the cafile flag (--snapshot-s3-cafile, --s3-cafile)", s.endpoint)
+	case errors.As(err, &hostname):
+		return fmt.Errorf("the object store's certificate is not for %s (%v): give the endpoint by a name the certificate holds", s.endpoint, err)
+	}
 	return fmt.Errorf("the object store %s: %w; check the endpoint, and that the store is reachable from here", s.endpoint, err)
 }
 

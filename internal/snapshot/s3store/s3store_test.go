@@ -241,3 +241,35 @@ func TestDownloadRefusesDamagedObject(t *testing.T) {
 		t.Errorf("the refused download left %v behind", left)
 	}
 }
+
+// Over HTTPS, a store whose certificate a private CA signed is reached
+// with that CA's file, and refused without it, saying which flag to give.
+func TestPrivateCA(t *testing.T) {
+	srv := s3test.StartTLS(t)
+	srv.MakeBucket(t, "backups")
+	file, _ := writeFile(t, t.TempDir(), "muster-20260101T000000.000Z.snapshot", 1000)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, ca, want string
+	}{
+		{"with the CA file", srv.CAFile, ""},
+		{"without it", "", "a CA this machine does not trust: give that CA's PEM file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := s3store.New(s3store.Config{
+				Endpoint: srv.Endpoint, Bucket: "backups", Region: srv.Region, CAFile: tc.ca,
+				CredentialsFile: srv.CredentialsFile(t, ""),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = s.Upload(ctx, file, filepath.Base(file))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("upload over HTTPS: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("upload: %v, want an error saying %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -9,9 +9,16 @@ package s3test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -36,6 +43,9 @@ type Server struct {
 	Region string
 	// Dir holds the buckets (one directory each) and the server's log.
 	Dir string
+	// CAFile, with StartTLS, signed the server's certificate (for
+	// 127.0.0.1); empty for a plain-HTTP server.
+	CAFile string
 
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -62,8 +72,21 @@ func Binary() (string, error) {
 	return b, nil
 }
 
-// Start runs a fresh S3 server for this test, with an empty data dir.
+// Start runs a fresh S3 server for this test, with an empty data dir,
+// speaking plain HTTP.
 func Start(t testing.TB) *Server {
+	t.Helper()
+	return start(t, false)
+}
+
+// StartTLS is Start serving HTTPS with a certificate for 127.0.0.1 signed
+// by a throwaway CA (CAFile), as an operator's store would.
+func StartTLS(t testing.TB) *Server {
+	t.Helper()
+	return start(t, true)
+}
+
+func start(t testing.TB, withTLS bool) *Server {
 	t.Helper()
 	bin, err := Binary()
 	if err != nil {
@@ -90,11 +113,19 @@ func Start(t testing.TB) *Server {
 		Dir:       dir,
 	}
 	s.Endpoint = "http://" + s.Host
+	args := []string{"--port", s.Host, "--region", s.Region}
+	if withTLS {
+		s.Endpoint = "https://" + s.Host
+		s.CAFile = filepath.Join(dir, "ca.crt")
+		cert, key := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
+		writeCerts(t, s.CAFile, cert, key)
+		args = append(args, "--cert", cert, "--key", key)
+	}
 	logf, err := os.Create(filepath.Join(dir, "versitygw.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.cmd = exec.Command(bin, "--port", s.Host, "--region", s.Region, "posix", data)
+	s.cmd = exec.Command(bin, append(args, "posix", data)...)
 	// The root account from the environment, not argv, as the server's
 	// own flags allow: the secret stays out of ps.
 	s.cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.AccessKey, "ROOT_SECRET_KEY="+s.Secret)
@@ -130,9 +161,20 @@ func (s *Server) Log() string {
 // at the bucket with.
 func (s *Server) Client(t testing.TB) *minio.Client {
 	t.Helper()
-	c, err := minio.New(s.Host, &minio.Options{
+	opts := &minio.Options{
 		Creds: credentials.NewStaticV4(s.AccessKey, s.Secret, ""), Region: s.Region, BucketLookup: minio.BucketLookupPath,
-	})
+	}
+	if s.CAFile != "" {
+		pemBytes, err := os.ReadFile(s.CAFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pemBytes)
+		opts.Secure = true
+		opts.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	}
+	c, err := minio.New(s.Host, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +230,9 @@ func (s *Server) waitReady(within time.Duration) error {
 	for {
 		// Any HTTP answer (an anonymous request is refused with 403)
 		// says the server listens.
-		resp, err := http.Get(s.Endpoint + "/")
+		// (Certificate unchecked: only whether it listens.)
+		hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+		resp, err := hc.Get(s.Endpoint + "/")
 		if err == nil {
 			resp.Body.Close()
 			return nil
@@ -200,6 +244,53 @@ func (s *Server) waitReady(within time.Duration) error {
 		}
 		if time.Now().After(deadline) {
 			return err
+		}
+	}
+}
+
+// writeCerts writes a throwaway CA and a serving certificate for
+// 127.0.0.1 it signed.
+func writeCerts(t testing.TB, caFile, certFile, keyFile string) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "muster-s3test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, BasicConstraintsValid: true, IsCA: true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "versitygw"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []struct {
+		path, typ string
+		der       []byte
+		mode      os.FileMode
+	}{{caFile, "CERTIFICATE", caDER, 0o644}, {certFile, "CERTIFICATE", der, 0o644}, {keyFile, "EC PRIVATE KEY", keyDER, 0o600}} {
+		if err := os.WriteFile(f.path, pem.EncodeToMemory(&pem.Block{Type: f.typ, Bytes: f.der}), f.mode); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
