@@ -24,17 +24,24 @@ import (
 // server's scheduled snapshots and `datastore snapshot`'s, and `datastore
 // restore` reads them back into a fresh datastore.
 
-// s3ServerFlags point a server's scheduled snapshots at bucket/prefix.
+// s3ServerFlags point a server's scheduled snapshots at bucket/prefix: over
+// HTTPS with the store's CA file when it has one, else plain HTTP.
 func s3ServerFlags(srv *s3test.Server, bucket, prefix, credentials string) []string {
-	return []string{
-		"--snapshot-s3-endpoint", srv.Endpoint, "--snapshot-s3-insecure", "--snapshot-s3-region", srv.Region,
-		"--snapshot-s3-bucket", bucket, "--snapshot-s3-prefix", prefix, "--snapshot-s3-credentials-file", credentials,
-	}
+	return append(s3Transport(srv, "--snapshot-s3-"),
+		"--snapshot-s3-endpoint", srv.Endpoint, "--snapshot-s3-region", srv.Region,
+		"--snapshot-s3-bucket", bucket, "--snapshot-s3-prefix", prefix, "--snapshot-s3-credentials-file", credentials)
 }
 
 // s3CLIFlags are the same for datastore snapshot|restore.
 func s3CLIFlags(srv *s3test.Server, credentials string) []string {
-	return []string{"--s3-endpoint", srv.Endpoint, "--s3-insecure", "--s3-region", srv.Region, "--s3-credentials-file", credentials}
+	return append(s3Transport(srv, "--s3-"), "--s3-endpoint", srv.Endpoint, "--s3-region", srv.Region, "--s3-credentials-file", credentials)
+}
+
+func s3Transport(srv *s3test.Server, prefix string) []string {
+	if srv.CAFile != "" {
+		return []string{prefix + "cafile", srv.CAFile}
+	}
+	return []string{prefix + "insecure"}
 }
 
 // createClusters makes n labelled Clusters, 16 at a time, and returns
@@ -104,8 +111,11 @@ var scheduledKey = regexp.MustCompile(`^site-a/muster-\d{8}T\d{6}\.\d{3}Z\.snaps
 // snapshot s3://...` uploads one on demand that retention leaves alone; a
 // snapshot restored from the bucket into a fresh datastore serves the same
 // objects under the deployment's token.
+//
+// The store speaks HTTPS with a certificate of a private CA
+// (--snapshot-s3-cafile), as an operator's would.
 func TestDatastoreS3Snapshots(t *testing.T) {
-	srv := s3test.Start(t)
+	srv := s3test.StartTLS(t)
 	srv.MakeBucket(t, "muster-backups")
 	creds := srv.CredentialsFile(t, "")
 	objects, _ := datastoreScale()

@@ -117,9 +117,10 @@ func New(cfg Config) (*Store, error) {
 		// minio-go sends an x-amz-checksum-* header only from a client
 		// that may send checksums (the upload's SHA-256).
 		TrailingHeaders: true,
-		// Path-style requests (host/bucket/key) work with every
-		// S3-compatible server; virtual-host style needs DNS for each bucket.
-		BucketLookup: minio.BucketLookupPath,
+		// Virtual-host style (bucket.host) on AWS, which is phasing out
+		// path-style; path-style (host/bucket) elsewhere, which every
+		// S3-compatible server takes without DNS for each bucket.
+		BucketLookup: minio.BucketLookupAuto,
 		MaxRetries:   3,
 	})
 	if err != nil {
