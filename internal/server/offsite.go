@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"time"
 
@@ -31,21 +32,32 @@ type offsite struct {
 	self   string
 }
 
-// newOffsite checks the object storage configuration (the credentials
-// file's mode, the endpoint's form) so that a server started with a wrong
-// one says so at once; nil when no bucket is configured. It does not
-// reach the store: an unreachable store must not keep a server from
-// starting.
-func newOffsite(cfg Config, events record.EventRecorder, self string) (snapshot.Uploader, error) {
+// offsiteStore checks the object storage configuration (the credentials
+// file's mode and content, the endpoint's form), so that a server started
+// with a wrong one says so before anything is generated; nil when no
+// bucket is configured. It does not reach the store: an unreachable store
+// must not keep a server from starting.
+func offsiteStore(cfg Config) (*s3store.Store, error) {
 	if !cfg.SnapshotS3.Enabled() {
 		return nil, nil
 	}
+	if cfg.SnapshotInterval <= 0 {
+		return nil, fmt.Errorf("--snapshot-s3-bucket is set but --snapshot-interval is not: give --snapshot-interval (e.g. 12h) for scheduled snapshots to reach the bucket, or use muster-server datastore snapshot s3://BUCKET/PREFIX/ for one now")
+	}
 	s, err := s3store.New(cfg.SnapshotS3)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--snapshot-s3-*: %w", err)
+	}
+	return s, nil
+}
+
+// newOffsite is the Uploader of the scheduled snapshots; nil without a store.
+func newOffsite(cfg Config, s *s3store.Store, events record.EventRecorder, self string) snapshot.Uploader {
+	if s == nil {
+		return nil
 	}
 	klog.InfoS("Scheduled snapshots are uploaded to object storage", "to", cfg.SnapshotS3.Where(), "endpoint", cfg.SnapshotS3.Endpoint, "keep", cfg.SnapshotRetention)
-	return &offsite{store: s, keep: cfg.SnapshotRetention, events: events, self: self}, nil
+	return &offsite{store: s, keep: cfg.SnapshotRetention, events: events, self: self}
 }
 
 // uploadTimeout bounds one scheduled upload, retention included, so that a

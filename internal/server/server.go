@@ -16,7 +16,6 @@ import (
 
 	"github.com/muster-io/muster/internal/datadir"
 
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
@@ -238,6 +237,10 @@ func run(ctx context.Context, cfg Config) error {
 	if err := checkPort(bind, cfg.HTTPSPort); err != nil {
 		return err
 	}
+	offsite, err := offsiteStore(cfg)
+	if err != nil {
+		return err
+	}
 	ds, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, Endpoint: cfg.DatastoreEndpoint, PollInterval: cfg.DatastorePollInterval, TLS: cfg.DatastoreTLS})
 	if err != nil {
 		return err
@@ -282,7 +285,7 @@ func run(ctx context.Context, cfg Config) error {
 
 	joins := join.New(join.Config{CA: state.CA, Validity: cfg.AgentCertificateValidity, TokenJoinRate: cfg.JoinRate, TokenJoinBurst: cfg.JoinBurst})
 	recorder := events.NewRecorder(self)
-	stopSnapshots, err := startSnapshots(ctx, cfg, ds, recorder, self)
+	stopSnapshots, err := startSnapshots(ctx, cfg, ds, newOffsite(cfg, offsite, recorder, self))
 	if err != nil {
 		return err
 	}
@@ -402,19 +405,11 @@ func historyReader(ds *store.Datastore) registry.HistoryReader {
 	}
 }
 
-// startSnapshots takes scheduled snapshots of the datastore, and uploads
-// them to object storage when a bucket is configured; an upload's failure
-// is recorded on this server's ServerEndpoint (self).
-func startSnapshots(ctx context.Context, cfg Config, ds *store.Datastore, recorder record.EventRecorder, self string) (func(), error) {
+// startSnapshots takes scheduled snapshots of the datastore, and hands
+// each to up (object storage) when not nil.
+func startSnapshots(ctx context.Context, cfg Config, ds *store.Datastore, up snapshot.Uploader) (func(), error) {
 	if cfg.SnapshotInterval <= 0 {
-		if cfg.SnapshotS3.Enabled() {
-			return nil, fmt.Errorf("--snapshot-s3-bucket is set but --snapshot-interval is not: give --snapshot-interval (e.g. 12h) for scheduled snapshots to reach the bucket, or use muster-server datastore snapshot s3://BUCKET/PREFIX/ for one now")
-		}
 		return func() {}, nil
-	}
-	up, err := newOffsite(cfg, recorder, self)
-	if err != nil {
-		return nil, err
 	}
 	dir := cfg.SnapshotDir
 	if dir == "" {

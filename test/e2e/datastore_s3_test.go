@@ -281,3 +281,41 @@ func TestDatastoreS3BadInputs(t *testing.T) {
 		})
 	}
 }
+
+// TestDatastoreS3ServerConfig: a server given a wrong object storage
+// configuration refuses to start, saying what to fix, before it generates
+// anything; none of these needs the store to be reached.
+func TestDatastoreS3ServerConfig(t *testing.T) {
+	dir := t.TempDir()
+	open := filepath.Join(dir, "credentials-open")
+	if err := os.WriteFile(open, []byte("[default]\naws_access_key_id = a\naws_secret_access_key = b\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	good := writeSecretFile(t, "[default]\naws_access_key_id = a\naws_secret_access_key = b\n")
+	bucket := []string{"--snapshot-s3-bucket", "muster-backups"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"credentials readable by others", append([]string{"--snapshot-interval", "1h", "--snapshot-s3-credentials-file", open}, bucket...), "readable by other users: run chmod 600"},
+		{"a bucket without an interval", append([]string{"--snapshot-s3-credentials-file", good}, bucket...), "--snapshot-s3-bucket is set but --snapshot-interval is not"},
+		{"plain HTTP not asked for", append([]string{"--snapshot-interval", "1h", "--snapshot-s3-credentials-file", good, "--snapshot-s3-endpoint", "http://127.0.0.1:9000"}, bucket...), "plain HTTP"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newServer(t, "127.0.0.1", "", tc.args...)
+			s.launch()
+			select {
+			case <-s.exited:
+			case <-time.After(60 * time.Second):
+				t.Fatalf("the server started with %v\n%s", tc.args, s.log.String())
+			}
+			if s.cmd.ProcessState.ExitCode() == 0 || !strings.Contains(s.log.String(), tc.want) {
+				t.Errorf("exit %d, want a failure saying %q:\n%s", s.cmd.ProcessState.ExitCode(), tc.want, s.log.String())
+			}
+			if _, err := os.Stat(filepath.Join(s.dataDir, "tls", "ca.crt")); !os.IsNotExist(err) {
+				t.Errorf("a CA was generated for a server that refused its configuration (%v)", err)
+			}
+		})
+	}
+}
