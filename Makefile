@@ -28,7 +28,7 @@ TEST_FLAGS ?= -p 1 -parallel 4 -count=1 -timeout 45m
 .DEFAULT_GOAL := all
 
 # `make ha` starts PostgreSQL, three servers on 127.0.0.1-3 and agents (hack/ha.sh).
-.PHONY: docs screenshots all build run peer ha ha-stop test test-unit test-e2e vet fuzz generate verify-generated bench bench-peer postgres-start postgres-stop clean
+.PHONY: docs screenshots all build run peer s3 ha ha-stop test test-unit test-e2e vet fuzz generate verify-generated bench bench-peer postgres-start postgres-stop clean
 
 all: build
 
@@ -53,6 +53,12 @@ ha: build
 # outside the checkout; aggregated-mode tests and bench-peer run them.
 peer:
 	hack/peer.sh
+
+# The S3 server the snapshot upload tests run: versitygw v1.8.0, built from
+# the Go module proxy in its own module (hack/s3/versitygw) into
+# ~/.cache/muster/s3 (internal/testenv/s3test runs it).
+s3:
+	hack/s3.sh
 
 ha-stop:
 	hack/ha.sh stop muster-ha

@@ -8,6 +8,7 @@ import (
 
 	"github.com/muster-io/muster/internal/server"
 	"github.com/muster-io/muster/internal/snapshot"
+	"github.com/muster-io/muster/internal/snapshot/s3store"
 	"github.com/muster-io/muster/internal/store"
 )
 
@@ -21,18 +22,29 @@ func datastoreEndpoint(file string) (string, error) {
 func newDatastoreCommand(cfg *server.Config) *cobra.Command {
 	var endpointFile string
 	var tlsFiles store.TLSFiles
+	var objectStore s3store.Config
 	cmd := groupCommand("datastore", "Snapshot, restore and migrate the datastore")
 	cmd.PersistentFlags().StringVar(&endpointFile, "datastore-endpoint-file", "", "file holding the datastore endpoint (default $MUSTER_DATASTORE_ENDPOINT; neither: SQLite in --data-dir)")
 	datastoreTLSFlags(cmd.PersistentFlags(), &tlsFiles)
+	s3Flags(cmd.PersistentFlags(), &objectStore, "s3-", false)
 
 	snap := &cobra.Command{
-		Use:   "snapshot FILE",
-		Short: "Write every Muster key, at one revision, to FILE (mode 0600); the servers may be running",
-		Args:  oneArg("FILE", "where to write the snapshot"),
+		Use:   "snapshot FILE|s3://BUCKET/PREFIX/[NAME]",
+		Short: "Write every Muster key, at one revision, to FILE (mode 0600) or to an object in S3-compatible storage; the servers may be running",
+		Long: `snapshot writes every Muster key, at one revision, to FILE (mode 0600), or
+to s3://BUCKET/PREFIX/NAME in S3-compatible object storage (--s3-endpoint,
+the key in --s3-credentials-file or $AWS_ACCESS_KEY_ID and
+$AWS_SECRET_ACCESS_KEY). Without NAME (s3://BUCKET/PREFIX/) it is called
+on-demand-<time>.snapshot, which the server's retention never deletes.
+The upload is verified by the SHA-256 the store keeps.`,
+		Args: oneArg("FILE", "where to write the snapshot"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			endpoint, err := datastoreEndpoint(endpointFile)
 			if err != nil {
 				return err
+			}
+			if s3store.IsURL(args[0]) {
+				return snapshotToObjectStore(cmd, cfg, objectStore, endpoint, tlsFiles, args[0])
 			}
 			ds, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, tlsFiles, true, false)
 			if err != nil {
@@ -48,17 +60,30 @@ func newDatastoreCommand(cfg *server.Config) *cobra.Command {
 		},
 	}
 	restore := &cobra.Command{
-		Use:   "restore FILE",
-		Short: "Write a snapshot into an empty datastore (SQLite in a new --data-dir, or an empty PostgreSQL database); no server may run on it",
+		Use:   "restore FILE|s3://BUCKET/PREFIX/NAME",
+		Short: "Write a snapshot, from a file or S3-compatible storage, into an empty datastore (SQLite in a new --data-dir, or an empty PostgreSQL database); no server may run on it",
 		Long: `restore writes every key of a snapshot into an empty datastore. Then start
 muster-server on it with the server token of the deployment the snapshot
 came from (--token-file): it opens the sealed CA, and agents keep their
-certificates and do not register again.`,
-		Args: oneArg("FILE", "a file written by muster-server datastore snapshot"),
+certificates and do not register again.
+
+A snapshot in S3-compatible object storage, s3://BUCKET/PREFIX/NAME, is
+downloaded first (--s3-endpoint, the key in --s3-credentials-file or
+$AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY) to a temporary file of mode
+0600, checked against the SHA-256 the store keeps, and removed after.`,
+		Args: oneArg("FILE", "a file written by muster-server datastore snapshot, or s3://BUCKET/PREFIX/NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			endpoint, err := datastoreEndpoint(endpointFile)
 			if err != nil {
 				return err
+			}
+			if s3store.IsURL(args[0]) {
+				file, cleanup, err := downloadSnapshot(cmd, objectStore, args[0])
+				if err != nil {
+					return err
+				}
+				defer cleanup()
+				args = []string{file}
 			}
 			if _, _, err := snapshot.Read(args[0]); err != nil {
 				return err

@@ -126,7 +126,8 @@ certificate, a server token and an admin kubeconfig there.`,
 	// Datastore operations: scheduled snapshots.
 	fl.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", 0, "take a datastore snapshot (muster-server datastore restore reads it) this often, e.g. 12h (0: never)")
 	fl.StringVar(&cfg.SnapshotDir, "snapshot-dir", "", "directory of the scheduled snapshots, files mode 0600 (default: snapshots in --data-dir)")
-	fl.IntVar(&cfg.SnapshotRetention, "snapshot-retention", 5, "how many scheduled snapshots to keep, the newest")
+	fl.IntVar(&cfg.SnapshotRetention, "snapshot-retention", 5, "how many scheduled snapshots to keep, the newest (in --snapshot-dir, and in --snapshot-s3-bucket)")
+	s3Flags(fl, &cfg.SnapshotS3, "snapshot-s3-", true)
 
 	cmd.AddCommand(newManifestsCommand(&cfg), newHistoryCommand(&cfg), newDatastoreCommand(&cfg), newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg), newConsoleTokenCommand(&cfg), version.Command("muster-server"))
 	return cmd

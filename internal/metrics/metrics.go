@@ -159,7 +159,7 @@ var registerOnce sync.Once
 func Register() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(registrations, joinDuration, transitions, planApplications, planDuration,
-			heartbeats, tokenUses, tokenFailures, leader, datastoreErrors)
+			heartbeats, tokenUses, tokenFailures, leader, datastoreErrors, snapshotUploads, snapshotUploadFailures)
 		legacyregistry.CustomMustRegister(fleet)
 		// Series an alert or a dashboard compares against exist from the
 		// start, at zero, rather than appearing with the first event.
@@ -257,3 +257,23 @@ func DatastoreResource(resource string) {
 		datastoreErrors.WithLabelValues(resource, op)
 	}
 }
+
+var (
+	snapshotUploads = compbase.NewCounter(&compbase.CounterOpts{
+		Namespace: namespace, Name: "snapshot_uploads_total",
+		Help:           "Scheduled datastore snapshots this server uploaded to object storage (--snapshot-s3-bucket) and verified by the checksum the store keeps.",
+		StabilityLevel: compbase.ALPHA,
+	})
+	snapshotUploadFailures = compbase.NewCounter(&compbase.CounterOpts{
+		Namespace: namespace, Name: "snapshot_upload_failures_total",
+		Help:           "Scheduled datastore snapshots this server failed to upload to object storage, to verify there, or to keep the bucket's retention for; each is also a SnapshotUploadFailed Event.",
+		StabilityLevel: compbase.ALPHA,
+	})
+)
+
+// SnapshotUploaded counts a scheduled snapshot uploaded and verified.
+func SnapshotUploaded() { snapshotUploads.Inc() }
+
+// SnapshotUploadFailed counts a scheduled snapshot that did not reach
+// object storage.
+func SnapshotUploadFailed() { snapshotUploadFailures.Inc() }

@@ -215,6 +215,8 @@ func touchAll() {
 	TokenFailed(TokenUnknown)
 	Leading("muster-controllers", true)
 	DatastoreError("machines", "get")
+	SnapshotUploaded()
+	SnapshotUploadFailed()
 	SetConnectedAgents(func() int { return 1 })
 	SetTunnels(func() int { return 1 })
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
@@ -279,7 +281,7 @@ func TestNamingConventions(t *testing.T) {
 			t.Errorf("%s: a duration not in seconds", name)
 		}
 	}
-	if n != 13 {
-		t.Errorf("%d muster_ metrics exposed, want the 13 of docs/metrics.md", n)
+	if n != 15 {
+		t.Errorf("%d muster_ metrics exposed, want the 15 of docs/metrics.md", n)
 	}
 }

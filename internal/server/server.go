@@ -30,6 +30,7 @@ import (
 	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/internal/registry"
 	"github.com/muster-io/muster/internal/snapshot"
+	"github.com/muster-io/muster/internal/snapshot/s3store"
 	"github.com/muster-io/muster/internal/store"
 	"github.com/muster-io/muster/internal/tunnel"
 	"github.com/muster-io/muster/internal/tunnel/serve"
@@ -115,6 +116,9 @@ type Config struct {
 	SnapshotDir      string
 	// SnapshotRetention is how many scheduled snapshots are kept.
 	SnapshotRetention int
+	// SnapshotS3 is the object storage scheduled snapshots are uploaded
+	// to as well, SnapshotRetention of them kept there; none without a bucket.
+	SnapshotS3 s3store.Config
 }
 
 // ProcessDriverDefaultDir is where the process driver keeps its machines
@@ -233,6 +237,10 @@ func run(ctx context.Context, cfg Config) error {
 	if err := checkPort(bind, cfg.HTTPSPort); err != nil {
 		return err
 	}
+	offsite, err := offsiteStore(cfg)
+	if err != nil {
+		return err
+	}
 	ds, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, Endpoint: cfg.DatastoreEndpoint, PollInterval: cfg.DatastorePollInterval, TLS: cfg.DatastoreTLS})
 	if err != nil {
 		return err
@@ -259,11 +267,6 @@ func run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer stopHistory()
-	stopSnapshots, err := startSnapshots(ctx, cfg, ds)
-	if err != nil {
-		return err
-	}
-	defer stopSnapshots()
 	self := serverName(state.AdvertiseAddress, cfg.HTTPSPort)
 	advertised := net.JoinHostPort(state.AdvertiseAddress, fmt.Sprint(cfg.HTTPSPort))
 	peerTLS, err := peerTLSConfig(state.CA, self)
@@ -282,6 +285,11 @@ func run(ctx context.Context, cfg Config) error {
 
 	joins := join.New(join.Config{CA: state.CA, Validity: cfg.AgentCertificateValidity, TokenJoinRate: cfg.JoinRate, TokenJoinBurst: cfg.JoinBurst})
 	recorder := events.NewRecorder(self)
+	stopSnapshots, err := startSnapshots(ctx, cfg, ds, newOffsite(cfg, offsite, recorder, self))
+	if err != nil {
+		return err
+	}
+	defer stopSnapshots()
 	tokens := apiserver.NewTokenAuthenticator()
 	liveness := lifecycle.NewTracker()
 	metrics.Register()
@@ -397,8 +405,9 @@ func historyReader(ds *store.Datastore) registry.HistoryReader {
 	}
 }
 
-// startSnapshots takes scheduled snapshots of the datastore.
-func startSnapshots(ctx context.Context, cfg Config, ds *store.Datastore) (func(), error) {
+// startSnapshots takes scheduled snapshots of the datastore, and hands
+// each to up (object storage) when not nil.
+func startSnapshots(ctx context.Context, cfg Config, ds *store.Datastore, up snapshot.Uploader) (func(), error) {
 	if cfg.SnapshotInterval <= 0 {
 		return func() {}, nil
 	}
@@ -414,7 +423,7 @@ func startSnapshots(ctx context.Context, cfg Config, ds *store.Datastore) (func(
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		snapshot.Schedule(sctx, client, ds.Backend(), dir, cfg.SnapshotInterval, cfg.SnapshotRetention)
+		snapshot.ScheduleUpload(sctx, client, ds.Backend(), dir, cfg.SnapshotInterval, cfg.SnapshotRetention, up)
 	}()
 	return func() { cancel(); <-done; client.Close() }, nil
 }

@@ -19,9 +19,29 @@ const (
 	fileSuffix = ".snapshot"
 )
 
+// ScheduledPrefix and ScheduledSuffix are how scheduled snapshots are
+// named, for an Uploader that keeps its own retention.
+const (
+	ScheduledPrefix = filePrefix
+	ScheduledSuffix = fileSuffix
+)
+
+// An Uploader sends each scheduled snapshot somewhere else once it is
+// complete on disk (s3store: object storage). It reports its own
+// failures; the schedule goes on either way.
+type Uploader interface {
+	Upload(ctx context.Context, file string)
+}
+
 // Schedule takes a snapshot into dir every interval and keeps the newest
 // keep of them, like k3s's etcd snapshots. It returns when ctx ends.
 func Schedule(ctx context.Context, c *clientv3.Client, backend, dir string, every time.Duration, keep int) {
+	ScheduleUpload(ctx, c, backend, dir, every, keep, nil)
+}
+
+// ScheduleUpload is Schedule that also hands each snapshot to up, when
+// not nil.
+func ScheduleUpload(ctx context.Context, c *clientv3.Client, backend, dir string, every time.Duration, keep int, up Uploader) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		klog.ErrorS(err, "Scheduled snapshots are off: cannot create their directory", "dir", dir)
 		return
@@ -44,6 +64,9 @@ func Schedule(ctx context.Context, c *clientv3.Client, backend, dir string, ever
 			klog.InfoS("Scheduled snapshot taken", "file", file, "keys", res.Keys, "revision", res.Revision, "bytes", res.Bytes, "took", res.Duration)
 			if err := Prune(dir, keep); err != nil {
 				klog.ErrorS(err, "Pruning scheduled snapshots", "dir", dir)
+			}
+			if up != nil {
+				up.Upload(ctx, file)
 			}
 		}
 	}
