@@ -39,7 +39,13 @@ func newDatastoreCommand(cfg *server.Config) *cobra.Command {
 				return err
 			}
 			defer ds.Close()
-			res, err := snapshot.Take(cmd.Context(), ds.Client, ds.Backend, args[0])
+			// Which deployment it is, when this is the server's data dir:
+			// a restore into another deployment's data dir is refused.
+			ca, err := snapshot.DeploymentOf(cfg.DataDir)
+			if err != nil {
+				return err
+			}
+			res, err := snapshot.Take(cmd.Context(), ds.Client, ds.Backend, args[0], snapshot.HistoryFrom(ds.SQL, ds.Dialect), snapshot.Of(ca))
 			if err != nil {
 				return err
 			}
@@ -53,14 +59,27 @@ func newDatastoreCommand(cfg *server.Config) *cobra.Command {
 		Long: `restore writes every key of a snapshot into an empty datastore. Then start
 muster-server on it with the server token of the deployment the snapshot
 came from (--token-file): it opens the sealed CA, and agents keep their
-certificates and do not register again.`,
+certificates and do not register again. The transition history the
+snapshot holds goes into the new datastore's history table.
+
+Refused, with nothing written: a snapshot that is cut short or damaged
+(see datastore verify), a datastore that holds any key or history row, and
+a data dir of another deployment (its CA is not the snapshot's, or its
+server token does not open the snapshot's sealed CA).`,
 		Args: oneArg("FILE", "a file written by muster-server datastore snapshot"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			endpoint, err := datastoreEndpoint(endpointFile)
 			if err != nil {
 				return err
 			}
-			if _, _, err := snapshot.Read(args[0]); err != nil {
+			// Every check that needs only the file and the data dir,
+			// before the datastore is opened (which creates an SQLite
+			// database in a new data dir).
+			snap, err := snapshot.Load(args[0])
+			if err != nil {
+				return err
+			}
+			if err := snapshot.CheckTarget(snap, cfg.DataDir); err != nil {
 				return err
 			}
 			ds, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, tlsFiles, false, false)
@@ -68,7 +87,7 @@ certificates and do not register again.`,
 				return err
 			}
 			defer ds.Close()
-			res, err := snapshot.Restore(cmd.Context(), ds.Client, args[0])
+			res, err := snapshot.Restore(cmd.Context(), ds.Client, args[0], snapshot.HistoryTo(ds.SQL, ds.Dialect))
 			if err != nil {
 				return err
 			}
@@ -85,7 +104,8 @@ in --data-dir, or --datastore-endpoint-file) into an empty one: PostgreSQL
 named by --to-file or $MUSTER_DATASTORE_TARGET (or an external etcd, https://,
 reached with --datastore-cafile/certfile/keyfile), or "sqlite" for SQLite in
 --data-dir. Then start the server with the same --data-dir on the new
-datastore; agents keep their certificates and do not register again.`,
+datastore; agents keep their certificates and do not register again.
+The transition history table comes along, in batches.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			endpoint, err := datastoreEndpoint(endpointFile)
@@ -122,7 +142,8 @@ datastore; agents keep their certificates and do not register again.`,
 				return err
 			}
 			defer dst.Close()
-			res, err := snapshot.Copy(cmd.Context(), src.Client, dst.Client, src.Backend)
+			res, err := snapshot.Copy(cmd.Context(), src.Client, dst.Client, src.Backend,
+				snapshot.HistoryFrom(src.SQL, src.Dialect), snapshot.HistoryTo(dst.SQL, dst.Dialect))
 			if err != nil {
 				return err
 			}
@@ -132,7 +153,25 @@ datastore; agents keep their certificates and do not register again.`,
 	}
 	migrate.Flags().StringVar(&to, "to", "", `target datastore: "sqlite" (SQLite in --data-dir); for PostgreSQL use --to-file, its DSN holds a password`)
 	migrate.Flags().StringVar(&toFile, "to-file", "", "file holding the target datastore endpoint (postgres://... or https:// for etcd), default $MUSTER_DATASTORE_TARGET")
-	cmd.AddCommand(snap, restore, migrate)
+	verify := &cobra.Command{
+		Use:   "verify FILE",
+		Short: "Check a snapshot whole (format, every record, its SHA-256) without restoring it",
+		Long: `verify reads a snapshot and checks every line of it against the SHA-256
+its end line records, and its key and history row counts against its
+header. It prints what the snapshot holds and exits 0, or says what is
+wrong (cut short, a changed byte, not a snapshot) and exits 1. It opens no
+datastore.`,
+		Args: oneArg("FILE", "a file written by muster-server datastore snapshot"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			snap, err := snapshot.Load(args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", args[0], snap.Describe())
+			return nil
+		},
+	}
+	cmd.AddCommand(snap, restore, migrate, verify)
 	return cmd
 }
 

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"time"
@@ -19,7 +20,11 @@ type Datastore struct {
 	Backend string
 	// Online is true when it goes through a running server's kine.
 	Online bool
-	close  []func()
+	// SQL is the database the transition history table is in, and
+	// Dialect its kind (internal/sqldialect); nil on etcd.
+	SQL     *sql.DB
+	Dialect string
+	close   []func()
 }
 
 // Close ends the connection and what was started for it.
@@ -54,6 +59,15 @@ func Open(ctx context.Context, dataDir, endpoint string, tlsFiles store.TLSFiles
 			if c := dialSocket(ctx, sock); c != nil {
 				d.Client, d.Backend, d.Online = c, "sqlite", true
 				d.close = append(d.close, func() { c.Close() })
+				// The server's own SQLite file, read beside it (WAL
+				// lets a reader in while the server writes).
+				db, dialect, err := store.OpenSQL(dataDir, "")
+				if err != nil {
+					d.Close()
+					return nil, err
+				}
+				d.SQL, d.Dialect = db, dialect
+				d.close = append(d.close, func() { db.Close() })
 				return d, nil
 			}
 		}
@@ -87,6 +101,7 @@ func Open(ctx context.Context, dataDir, endpoint string, tlsFiles store.TLSFiles
 	}
 	d.close = append(d.close, func() { c.Close() })
 	d.Client, d.Backend = c, ds.Backend()
+	d.SQL, d.Dialect = ds.SQL(), ds.Backend()
 	return d, nil
 }
 
@@ -114,5 +129,9 @@ func (r Result) Describe(verb string) string {
 	if r.Bytes > 0 {
 		size = fmt.Sprintf(", %d bytes", r.Bytes)
 	}
-	return fmt.Sprintf("%s %d keys at revision %d from %s in %s%s", verb, r.Keys, r.Revision, r.Backend, r.Duration.Round(time.Millisecond), size)
+	behind := ""
+	if r.HistoryBehind > 0 {
+		behind = fmt.Sprintf("; the transition history writer had read only up to revision %d (its server stopped before it caught up): the transitions after it come from the objects' status.transitions, the last 20 of each", r.HistoryBehind)
+	}
+	return fmt.Sprintf("%s %d keys and %d transition history rows at revision %d from %s in %s%s%s", verb, r.Keys, r.HistoryRows, r.Revision, r.Backend, r.Duration.Round(time.Millisecond), size, behind)
 }

@@ -21,7 +21,7 @@ const (
 
 // Schedule takes a snapshot into dir every interval and keeps the newest
 // keep of them, like k3s's etcd snapshots. It returns when ctx ends.
-func Schedule(ctx context.Context, c *clientv3.Client, backend, dir string, every time.Duration, keep int) {
+func Schedule(ctx context.Context, c *clientv3.Client, backend, dir string, every time.Duration, keep int, opts ...Option) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		klog.ErrorS(err, "Scheduled snapshots are off: cannot create their directory", "dir", dir)
 		return
@@ -34,7 +34,7 @@ func Schedule(ctx context.Context, c *clientv3.Client, backend, dir string, ever
 			return
 		case now := <-t.C:
 			file := filepath.Join(dir, filePrefix+now.UTC().Format("20060102T150405.000Z")+fileSuffix)
-			res, err := Take(ctx, c, backend, file)
+			res, err := Take(ctx, c, backend, file, opts...)
 			if err != nil {
 				if ctx.Err() == nil {
 					klog.ErrorS(err, "Scheduled snapshot failed", "file", file)
