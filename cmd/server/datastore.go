@@ -50,6 +50,9 @@ func newDatastoreCommand(cfg *server.Config) *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", args[0], res.Describe("snapshot of"))
+			if n := res.HistoryNote(); n != "" {
+				fmt.Fprintln(cmd.OutOrStdout(), n)
+			}
 			return nil
 		},
 	}
@@ -92,6 +95,9 @@ server token does not open the snapshot's sealed CA).`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s into %s\n", res.Describe("restored"), ds.Backend)
+			if ds.SQL == nil && len(snap.History) > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "note: %s has no transition history table (no SQL): the snapshot's %d history rows were not restored; keep the snapshot to read them\n", ds.Backend, len(snap.History))
+			}
 			return nil
 		},
 	}
@@ -148,6 +154,12 @@ The transition history table comes along, in batches.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s into %s; start muster-server with the same --data-dir on the new datastore\n", res.Describe("migrated"), dst.Backend)
+			if n := res.HistoryNote(); n != "" {
+				fmt.Fprintln(cmd.OutOrStdout(), n)
+			}
+			if src.SQL != nil && dst.SQL == nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "note: %s has no transition history table (no SQL): the history stays in the source datastore\n", dst.Backend)
+			}
 			return nil
 		},
 	}

@@ -127,3 +127,22 @@ func scanAt(v any) time.Time {
 	}
 	return time.Time{}
 }
+
+// Unrecorded counts the transitions that the stored objects values carry
+// and the table does not hold (a writer stopped before it read them).
+func Unrecorded(ctx context.Context, db *sql.DB, dialect string, values [][]byte) (int, error) {
+	q := sqldialect.Rebind(dialect, `SELECT count(*) FROM muster_transitions WHERE uid = ? AND seq = ?`)
+	n := 0
+	for _, v := range values {
+		for _, r := range recordsOf(v, 0) {
+			var have int
+			if err := db.QueryRowContext(ctx, q, r.UID, r.Seq).Scan(&have); err != nil {
+				return 0, fmt.Errorf("reading the transition history: %w", err)
+			}
+			if have == 0 {
+				n++
+			}
+		}
+	}
+	return n, nil
+}

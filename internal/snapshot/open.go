@@ -129,9 +129,15 @@ func (r Result) Describe(verb string) string {
 	if r.Bytes > 0 {
 		size = fmt.Sprintf(", %d bytes", r.Bytes)
 	}
-	behind := ""
-	if r.HistoryBehind > 0 {
-		behind = fmt.Sprintf("; the transition history writer had read only up to revision %d (its server stopped before it caught up): the transitions after it come from the objects' status.transitions, the last 20 of each", r.HistoryBehind)
+	return fmt.Sprintf("%s %d keys and %d transition history rows at revision %d from %s in %s%s", verb, r.Keys, r.HistoryRows, r.Revision, r.Backend, r.Duration.Round(time.Millisecond), size)
+}
+
+// HistoryNote says, when the source's history writer was behind, what
+// that means for the new datastore's history; "" when it was not.
+func (r Result) HistoryNote() string {
+	if r.HistoryBehind == 0 {
+		return ""
 	}
-	return fmt.Sprintf("%s %d keys and %d transition history rows at revision %d from %s in %s%s%s", verb, r.Keys, r.HistoryRows, r.Revision, r.Backend, r.Duration.Round(time.Millisecond), size, behind)
+	return fmt.Sprintf("note: %d transitions of objects written after revision %d were not in the transition history table yet (its server stopped before its history writer read them); "+
+		"the new datastore's servers record them from the objects' status.transitions (the last 20 of each)", r.HistoryUnrecorded, r.HistoryBehind)
 }

@@ -41,7 +41,7 @@ func Schedule(ctx context.Context, c *clientv3.Client, backend, dir string, ever
 				}
 				continue
 			}
-			klog.InfoS("Scheduled snapshot taken", "file", file, "keys", res.Keys, "revision", res.Revision, "bytes", res.Bytes, "took", res.Duration)
+			klog.InfoS("Scheduled snapshot taken", "file", file, "keys", res.Keys, "historyRows", res.HistoryRows, "revision", res.Revision, "bytes", res.Bytes, "took", res.Duration)
 			if err := Prune(dir, keep); err != nil {
 				klog.ErrorS(err, "Pruning scheduled snapshots", "dir", dir)
 			}

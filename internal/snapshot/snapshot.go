@@ -143,9 +143,11 @@ type Result struct {
 	Bytes    int64
 	Duration time.Duration
 	// HistoryBehind is the revision the source's history writer had read
-	// up to when it was behind the snapshot's objects (a server stopped by
-	// kill -9 before it caught up); zero when it was not.
-	HistoryBehind int64
+	// up to when objects written after it carry transitions the table
+	// does not hold (its server stopped before it caught up), and
+	// HistoryUnrecorded how many; zero when it was not behind.
+	HistoryBehind     int64
+	HistoryUnrecorded int
 }
 
 // Take writes every key of the datastore behind c, at one revision, to
@@ -162,8 +164,9 @@ func Take(ctx context.Context, c *clientv3.Client, backend, file string, opts ..
 	}
 	var rows []history.Row
 	var behind int64
+	var unrecorded int
 	if o.fromDB != nil {
-		if behind, err = waitHistory(ctx, o.fromDB, kvs); err != nil {
+		if behind, unrecorded, err = waitHistory(ctx, o.fromDB, o.fromDialect, kvs); err != nil {
 			return Result{}, err
 		}
 		if rows, err = allRows(ctx, o.fromDB, o.fromDialect, rev); err != nil {
@@ -183,16 +186,17 @@ func Take(ctx context.Context, c *clientv3.Client, backend, file string, opts ..
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{Header: h, Bytes: fi.Size(), Duration: time.Since(start), HistoryBehind: behind}, nil
+	return Result{Header: h, Bytes: fi.Size(), Duration: time.Since(start), HistoryBehind: behind, HistoryUnrecorded: unrecorded}, nil
 }
 
 // waitHistory gives a running server's history writer the moment it needs
 // to read the changes up to the newest of the snapshot's objects, so that
-// the history taken is complete up to the snapshot. It returns the cursor
-// when the writer stays behind (it is not running: the server was killed
-// before it caught up); the transitions it had not read are still in the
+// the history taken is complete up to the snapshot. When the writer stays
+// behind (it is not running: its server stopped before it caught up), it
+// returns the writer's cursor and how many transitions of the objects
+// written after it the table lacks, if any; those are still in the
 // objects' status.transitions, which the new datastore's writer reads.
-func waitHistory(ctx context.Context, db *sql.DB, kvs []*mvccpb.KeyValue) (int64, error) {
+func waitHistory(ctx context.Context, db *sql.DB, dialect string, kvs []*mvccpb.KeyValue) (int64, int, error) {
 	var newest int64
 	for _, kv := range kvs {
 		if strings.HasPrefix(string(kv.Key), history.Prefix) {
@@ -203,20 +207,32 @@ func waitHistory(ctx context.Context, db *sql.DB, kvs []*mvccpb.KeyValue) (int64
 	for {
 		cur, err := history.Cursor(ctx, db)
 		if err != nil {
-			return 0, fmt.Errorf("reading the transition history's cursor: %w", err)
+			return 0, 0, fmt.Errorf("reading the transition history's cursor: %w", err)
 		}
 		if cur >= newest {
-			return 0, nil
+			return 0, 0, nil
 		}
 		if cur != last {
 			last, moved = cur, time.Now()
 		}
 		if time.Since(moved) > 2*time.Second {
-			return cur, nil
+			// Only what the objects written since carry matters: most
+			// writes (status, Events) are no transition.
+			var after [][]byte
+			for _, kv := range kvs {
+				if kv.ModRevision > cur && strings.HasPrefix(string(kv.Key), history.Prefix) {
+					after = append(after, kv.Value)
+				}
+			}
+			n, err := history.Unrecorded(ctx, db, dialect, after)
+			if err != nil || n == 0 {
+				return 0, 0, err
+			}
+			return cur, n, nil
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, 0, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -326,8 +342,9 @@ func Copy(ctx context.Context, from, to *clientv3.Client, backend string, opts .
 		return Result{}, err
 	}
 	var behind int64
+	var unrecorded int
 	if o.fromDB != nil {
-		if behind, err = waitHistory(ctx, o.fromDB, kvs); err != nil {
+		if behind, unrecorded, err = waitHistory(ctx, o.fromDB, o.fromDialect, kvs); err != nil {
 			return Result{}, err
 		}
 	}
@@ -351,7 +368,7 @@ func Copy(ctx context.Context, from, to *clientv3.Client, backend string, opts .
 		return n, history.Loaded(ctx, o.toDB, o.toDialect)
 	}
 	res, err := write(ctx, to, h, entries, load, start)
-	res.HistoryBehind = behind
+	res.HistoryBehind, res.HistoryUnrecorded = behind, unrecorded
 	return res, err
 }
 
@@ -382,11 +399,26 @@ func raiseRevision(ctx context.Context, c *clientv3.Client, floor int64) error {
 	for w := range workers {
 		go func() {
 			key := fmt.Sprintf("%s/%d", floorKey, w)
+			// A compare-and-swap on the key's revision, as the apiserver
+			// writes, not a plain put: kine's put reads the key back after
+			// a failed create and dereferences nil when that read misses
+			// it (kine v0.17.5 pkg/server/put.go), which killed a restore
+			// into PostgreSQL.
+			var modRev int64 // 0: the key does not exist yet
 			for !done.Load() {
-				r, err := c.Put(ctx, key, "")
+				r, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
+					Then(clientv3.OpPut(key, "")).Else(clientv3.OpGet(key)).Commit()
 				if err != nil {
 					errs <- err
 					return
+				}
+				switch {
+				case r.Succeeded:
+					modRev = r.Header.Revision
+				case len(r.Responses) > 0 && len(r.Responses[0].GetResponseRange().GetKvs()) > 0:
+					modRev = r.Responses[0].GetResponseRange().GetKvs()[0].ModRevision
+				default:
+					modRev = 0
 				}
 				if r.Header.Revision > floor {
 					done.Store(true)
