@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -110,6 +111,14 @@ func dialSocket(ctx context.Context, sock string) *clientv3.Client {
 	if _, err := os.Stat(sock); err != nil {
 		return nil
 	}
+	// A stopped server leaves its socket file behind: one plain connect
+	// tells, before the etcd client spends its timeouts retrying (and
+	// logging) against nothing.
+	conn, err := net.DialTimeout("unix", sock, time.Second)
+	if err != nil {
+		return nil
+	}
+	conn.Close()
 	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"unix://" + sock}, DialTimeout: 2 * time.Second})
 	if err != nil {
 		return nil

@@ -264,6 +264,7 @@ func TestDatastoreMoveBadInputs(t *testing.T) {
 			if err == nil || !strings.Contains(out, want) || !strings.Contains(out, "take the snapshot again") {
 				t.Errorf("verify of a %s snapshot: %v, want %q and what to do:\n%s", name, err, want, out)
 			}
+			t.Logf("verify of a %s snapshot: %s", name, strings.TrimSpace(out))
 			r := newServer(t, "127.0.0.1", "")
 			out, err = datastoreCLI(r, nil, "datastore", "restore", f)
 			if err == nil || !strings.Contains(out, want) {
@@ -286,6 +287,7 @@ func TestDatastoreMoveBadInputs(t *testing.T) {
 	if err == nil || !strings.Contains(out, "another deployment") || !strings.Contains(out, "new, empty --data-dir") {
 		t.Errorf("restore of another deployment's snapshot: %v\n%s", err, out)
 	}
+	t.Logf("restore of another deployment's snapshot: %s", strings.TrimSpace(out))
 	if _, err := os.Stat(filepath.Join(b.dataDir, "db")); err == nil {
 		t.Errorf("a refused restore created a datastore in %s", b.dataDir)
 	}
@@ -297,6 +299,7 @@ func TestDatastoreMoveBadInputs(t *testing.T) {
 	if err == nil || !strings.Contains(out, "not empty") || !strings.Contains(out, "nothing was written") {
 		t.Errorf("restore into a datastore that is not empty: %v\n%s", err, out)
 	}
+	t.Logf("restore into a datastore that is not empty: %s", strings.TrimSpace(out))
 	if got := historyRows(t, a); strings.Join(got, "\n") != strings.Join(beforeRows, "\n") {
 		t.Errorf("a refused restore changed the history table")
 	}
