@@ -90,7 +90,7 @@ server token does not open the snapshot's sealed CA).`,
 				return err
 			}
 			defer ds.Close()
-			res, err := snapshot.Restore(cmd.Context(), ds.Client, args[0], snapshot.HistoryTo(ds.SQL, ds.Dialect))
+			res, err := snapshot.RestoreLoaded(cmd.Context(), ds.Client, snap, snapshot.HistoryTo(ds.SQL, ds.Dialect))
 			if err != nil {
 				return err
 			}

@@ -283,11 +283,20 @@ func Read(file string) (Header, []entry, error) {
 // target's table, which must be empty too.
 func Restore(ctx context.Context, c *clientv3.Client, file string, opts ...Option) (Result, error) {
 	start := time.Now()
-	o := optionsOf(opts)
 	snap, err := Load(file)
 	if err != nil {
 		return Result{}, err
 	}
+	return restore(ctx, c, snap, start, opts)
+}
+
+// RestoreLoaded is Restore of a snapshot already read and checked by Load.
+func RestoreLoaded(ctx context.Context, c *clientv3.Client, snap *Contents, opts ...Option) (Result, error) {
+	return restore(ctx, c, snap, time.Now(), opts)
+}
+
+func restore(ctx context.Context, c *clientv3.Client, snap *Contents, start time.Time, opts []Option) (Result, error) {
+	o := optionsOf(opts)
 	if err := empty(ctx, c, o.toDB, "restore only into an empty one (a new --data-dir for SQLite, a new database for PostgreSQL)"); err != nil {
 		return Result{}, err
 	}
