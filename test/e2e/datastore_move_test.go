@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -292,6 +293,20 @@ func TestDatastoreMoveBadInputs(t *testing.T) {
 		t.Errorf("a refused restore created a datastore in %s", b.dataDir)
 	}
 
+	// A snapshot written before the history and the checksum (format v1:
+	// the header and the keys) still restores into a new data dir; into
+	// b's it records no CA, and b's server token not opening its sealed
+	// CA is what refuses it.
+	v1 := v1Snapshot(t, good)
+	out, err = datastoreCLI(b, nil, "datastore", "restore", v1)
+	if err == nil || !strings.Contains(out, "server token of --data-dir") || !strings.Contains(out, "nothing was written") {
+		t.Errorf("restore of another deployment's v1 snapshot: %v\n%s", err, out)
+	}
+	t.Logf("restore of another deployment's v1 snapshot: %s", strings.TrimSpace(out))
+	if out, err := datastoreCLI(newServer(t, "127.0.0.1", ""), nil, "datastore", "restore", v1); err != nil || !strings.Contains(out, "restored") {
+		t.Errorf("restore of a v1 snapshot into a new data dir: %v\n%s", err, out)
+	}
+
 	// Not empty: a's own snapshot into a's own datastore.
 	a.stop()
 	beforeRows := historyRows(t, a)
@@ -307,4 +322,30 @@ func TestDatastoreMoveBadInputs(t *testing.T) {
 	if n := len(readObjects(t, adminClient(t, a)).clusters); n != 20 {
 		t.Errorf("after a refused restore the datastore holds %d clusters, want the 20 it had", n)
 	}
+}
+
+// v1Snapshot rewrites a snapshot as the format before 2026-11-27 wrote it:
+// the header with format v1 and no history or deployment, then the keys.
+func v1Snapshot(t *testing.T, v2 []byte) string {
+	t.Helper()
+	lines := bytes.Split(bytes.TrimSpace(v2), []byte("\n"))
+	var h map[string]any
+	if err := json.Unmarshal(lines[0], &h); err != nil {
+		t.Fatal(err)
+	}
+	h["format"] = "muster.io/datastore-snapshot/v1"
+	delete(h, "history")
+	delete(h, "deployment")
+	head, _ := json.Marshal(h)
+	out := append(head, '\n')
+	for _, l := range lines[1:] {
+		if bytes.HasPrefix(l, []byte(`{"k":`)) {
+			out = append(append(out, l...), '\n')
+		}
+	}
+	f := filepath.Join(t.TempDir(), "v1.snapshot")
+	if err := os.WriteFile(f, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
