@@ -147,6 +147,10 @@ func (r Result) HistoryNote() string {
 	if r.HistoryBehind == 0 {
 		return ""
 	}
+	if r.HistoryUnrecorded < 0 {
+		return fmt.Sprintf("note: the transition history table's writer had read the datastore only up to revision %d, and %d objects were written after it (was --transition-history turned off?): "+
+			"their transitions may be missing from the history table; the new datastore's servers record them from the objects' status.transitions (the last 20 of each)", r.HistoryBehind, -r.HistoryUnrecorded)
+	}
 	return fmt.Sprintf("note: %d transitions of objects written after revision %d were not in the transition history table yet (its server stopped before its history writer read them); "+
 		"the new datastore's servers record them from the objects' status.transitions (the last 20 of each)", r.HistoryUnrecorded, r.HistoryBehind)
 }

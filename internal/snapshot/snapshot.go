@@ -134,6 +134,10 @@ func optionsOf(opts []Option) options {
 	return o
 }
 
+// maxUnrecordedCheck bounds how many objects written after a stopped
+// history writer's cursor a snapshot checks one by one.
+const maxUnrecordedCheck = 2000
+
 // historyBatch is how many history rows a migrate reads and writes at a time.
 const historyBatch = 1000
 
@@ -145,7 +149,8 @@ type Result struct {
 	// HistoryBehind is the revision the source's history writer had read
 	// up to when objects written after it carry transitions the table
 	// does not hold (its server stopped before it caught up), and
-	// HistoryUnrecorded how many; zero when it was not behind.
+	// HistoryUnrecorded how many (minus the number of objects written
+	// after it, when too many to check); zero when it was not behind.
 	HistoryBehind     int64
 	HistoryUnrecorded int
 }
@@ -209,7 +214,10 @@ func waitHistory(ctx context.Context, db *sql.DB, dialect string, kvs []*mvccpb.
 		if err != nil {
 			return 0, 0, fmt.Errorf("reading the transition history's cursor: %w", err)
 		}
-		if cur >= newest {
+		if cur >= newest || cur == 0 {
+			// Caught up; or no writer ever ran here (--transition-history
+			// off): nothing to wait for, the new datastore's writer
+			// starts from the objects.
 			return 0, 0, nil
 		}
 		if cur != last {
@@ -223,6 +231,12 @@ func waitHistory(ctx context.Context, db *sql.DB, dialect string, kvs []*mvccpb.
 				if kv.ModRevision > cur && strings.HasPrefix(string(kv.Key), history.Prefix) {
 					after = append(after, kv.Value)
 				}
+			}
+			if len(after) > maxUnrecordedCheck {
+				// A writer long stopped (turned off since): counting
+				// would cost a query per transition; say how many
+				// objects instead.
+				return cur, -len(after), nil
 			}
 			n, err := history.Unrecorded(ctx, db, dialect, after)
 			if err != nil || n == 0 {
