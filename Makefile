@@ -84,6 +84,7 @@ bench: build
 	mkdir -p bench/out
 	MUSTER_BENCH_SCALE=full MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server $(GO) test -count=1 -run '^TestBench$$' -v -timeout 180m ./test/bench | tee bench/out/bench.txt
 	MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server MUSTER_AGENT_BIN=$(CURDIR)/$(BIN)/muster-agent $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/e2e | tee bench/out/server.txt
+	MUSTER_MOVE_OBJECTS=10000 MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server MUSTER_AGENT_BIN=$(CURDIR)/$(BIN)/muster-agent $(GO) test -count=1 -run 'TestDatastoreMoveHistory' -v -timeout 60m ./test/e2e | tee bench/out/datastore-move.txt
 
 # Muster beside what Fleet/Rancher/k3s users run for the job: a real
 # kube-apiserver serving the Muster kinds as CRDs (converted from muster's

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -15,6 +16,22 @@ import (
 // datastoreSource is the datastore a command reads or writes: SQLite in
 // --data-dir, or the endpoint in --datastore-endpoint-file or
 // $MUSTER_DATASTORE_ENDPOINT (never on the command line: it holds a password).
+// takeSnapshot writes the datastore of cfg's data dir (or endpoint) to file,
+// with its history and the deployment it belongs to: a restore into
+// another deployment's data dir is refused by it.
+func takeSnapshot(ctx context.Context, cfg *server.Config, endpoint string, tlsFiles store.TLSFiles, file string) (snapshot.Result, error) {
+	ds, err := snapshot.Open(ctx, cfg.DataDir, endpoint, tlsFiles, true, false)
+	if err != nil {
+		return snapshot.Result{}, err
+	}
+	defer ds.Close()
+	ca, err := snapshot.DeploymentOf(cfg.DataDir)
+	if err != nil {
+		return snapshot.Result{}, err
+	}
+	return snapshot.Take(ctx, ds.Client, ds.Backend, file, snapshot.HistoryFrom(ds.SQL, ds.Dialect), snapshot.Of(ca))
+}
+
 func datastoreEndpoint(file string) (string, error) {
 	return secretSource{flag: "datastore-endpoint", fileFlag: "datastore-endpoint-file", env: "MUSTER_DATASTORE_ENDPOINT", file: file}.resolve()
 }
@@ -46,16 +63,14 @@ The upload is verified by the SHA-256 the store keeps.`,
 			if s3store.IsURL(args[0]) {
 				return snapshotToObjectStore(cmd, cfg, objectStore, endpoint, tlsFiles, args[0])
 			}
-			ds, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, tlsFiles, true, false)
-			if err != nil {
-				return err
-			}
-			defer ds.Close()
-			res, err := snapshot.Take(cmd.Context(), ds.Client, ds.Backend, args[0])
+			res, err := takeSnapshot(cmd.Context(), cfg, endpoint, tlsFiles, args[0])
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", args[0], res.Describe("snapshot of"))
+			if n := res.HistoryNote(); n != "" {
+				fmt.Fprintln(cmd.OutOrStdout(), n)
+			}
 			return nil
 		},
 	}
@@ -65,12 +80,18 @@ The upload is verified by the SHA-256 the store keeps.`,
 		Long: `restore writes every key of a snapshot into an empty datastore. Then start
 muster-server on it with the server token of the deployment the snapshot
 came from (--token-file): it opens the sealed CA, and agents keep their
-certificates and do not register again.
+certificates and do not register again. The transition history the
+snapshot holds goes into the new datastore's history table.
 
 A snapshot in S3-compatible object storage, s3://BUCKET/PREFIX/NAME, is
 downloaded first (--s3-endpoint, the key in --s3-credentials-file or
 $AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY) to a temporary file of mode
-0600, checked against the SHA-256 the store keeps, and removed after.`,
+0600, checked against the SHA-256 the store keeps, and removed after.
+
+Refused, with nothing written: a snapshot that is cut short or damaged
+(see datastore verify), a datastore that holds any key or history row, and
+a data dir of another deployment (its CA is not the snapshot's, or its
+server token does not open the snapshot's sealed CA).`,
 		Args: oneArg("FILE", "a file written by muster-server datastore snapshot, or s3://BUCKET/PREFIX/NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			endpoint, err := datastoreEndpoint(endpointFile)
@@ -85,7 +106,14 @@ $AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY) to a temporary file of mode
 				defer cleanup()
 				args = []string{file}
 			}
-			if _, _, err := snapshot.Read(args[0]); err != nil {
+			// Every check that needs only the file and the data dir,
+			// before the datastore is opened (which creates an SQLite
+			// database in a new data dir).
+			snap, err := snapshot.Load(args[0])
+			if err != nil {
+				return err
+			}
+			if err := snapshot.CheckTarget(snap, cfg.DataDir); err != nil {
 				return err
 			}
 			ds, err := snapshot.Open(cmd.Context(), cfg.DataDir, endpoint, tlsFiles, false, false)
@@ -93,11 +121,14 @@ $AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY) to a temporary file of mode
 				return err
 			}
 			defer ds.Close()
-			res, err := snapshot.Restore(cmd.Context(), ds.Client, args[0])
+			res, err := snapshot.RestoreLoaded(cmd.Context(), ds.Client, snap, snapshot.HistoryTo(ds.SQL, ds.Dialect))
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s into %s\n", res.Describe("restored"), ds.Backend)
+			if ds.SQL == nil && len(snap.History) > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "note: %s has no transition history table (no SQL): the snapshot's %d history rows were not restored; keep the snapshot to read them\n", ds.Backend, len(snap.History))
+			}
 			return nil
 		},
 	}
@@ -110,7 +141,8 @@ in --data-dir, or --datastore-endpoint-file) into an empty one: PostgreSQL
 named by --to-file or $MUSTER_DATASTORE_TARGET (or an external etcd, https://,
 reached with --datastore-cafile/certfile/keyfile), or "sqlite" for SQLite in
 --data-dir. Then start the server with the same --data-dir on the new
-datastore; agents keep their certificates and do not register again.`,
+datastore; agents keep their certificates and do not register again.
+The transition history table comes along, in batches.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			endpoint, err := datastoreEndpoint(endpointFile)
@@ -147,17 +179,42 @@ datastore; agents keep their certificates and do not register again.`,
 				return err
 			}
 			defer dst.Close()
-			res, err := snapshot.Copy(cmd.Context(), src.Client, dst.Client, src.Backend)
+			res, err := snapshot.Copy(cmd.Context(), src.Client, dst.Client, src.Backend,
+				snapshot.HistoryFrom(src.SQL, src.Dialect), snapshot.HistoryTo(dst.SQL, dst.Dialect))
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s into %s; start muster-server with the same --data-dir on the new datastore\n", res.Describe("migrated"), dst.Backend)
+			if n := res.HistoryNote(); n != "" {
+				fmt.Fprintln(cmd.OutOrStdout(), n)
+			}
+			if src.SQL != nil && dst.SQL == nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "note: %s has no transition history table (no SQL): the history stays in the source datastore\n", dst.Backend)
+			}
 			return nil
 		},
 	}
 	migrate.Flags().StringVar(&to, "to", "", `target datastore: "sqlite" (SQLite in --data-dir); for PostgreSQL use --to-file, its DSN holds a password`)
 	migrate.Flags().StringVar(&toFile, "to-file", "", "file holding the target datastore endpoint (postgres://... or https:// for etcd), default $MUSTER_DATASTORE_TARGET")
-	cmd.AddCommand(snap, restore, migrate)
+	verify := &cobra.Command{
+		Use:   "verify FILE",
+		Short: "Check a snapshot whole (format, every record, its SHA-256) without restoring it",
+		Long: `verify reads a snapshot and checks every line of it against the SHA-256
+its end line records, and its key and history row counts against its
+header. It prints what the snapshot holds and exits 0, or says what is
+wrong (cut short, a changed byte, not a snapshot) and exits 1. It opens no
+datastore.`,
+		Args: oneArg("FILE", "a file written by muster-server datastore snapshot"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			snap, err := snapshot.Load(args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", args[0], snap.Describe())
+			return nil
+		},
+	}
+	cmd.AddCommand(snap, restore, migrate, verify)
 	return cmd
 }
 

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/muster-io/muster/internal/server"
-	"github.com/muster-io/muster/internal/snapshot"
 	"github.com/muster-io/muster/internal/snapshot/s3store"
 	"github.com/muster-io/muster/internal/store"
 )
@@ -57,12 +56,7 @@ func snapshotToObjectStore(cmd *cobra.Command, cfg *server.Config, c s3store.Con
 	}
 	defer os.RemoveAll(tmp)
 	file := filepath.Join(tmp, name)
-	ds, err := snapshot.Open(ctx, cfg.DataDir, endpoint, tlsFiles, true, false)
-	if err != nil {
-		return err
-	}
-	res, err := snapshot.Take(ctx, ds.Client, ds.Backend, file)
-	ds.Close()
+	res, err := takeSnapshot(ctx, cfg, endpoint, tlsFiles, file)
 	if err != nil {
 		return err
 	}

@@ -226,14 +226,7 @@ func (w *Writer) follow(ctx context.Context, cursor int64) (int64, error) {
 	return cursor, ctx.Err()
 }
 
-func (w *Writer) cursor(ctx context.Context) (int64, error) {
-	var rev int64
-	err := w.DB.QueryRowContext(ctx, `SELECT revision FROM muster_history_cursor WHERE id = 1`).Scan(&rev)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil
-	}
-	return rev, err
-}
+func (w *Writer) cursor(ctx context.Context) (int64, error) { return Cursor(ctx, w.DB) }
 
 // write inserts recs, skipping those already there, and moves the cursor
 // to rev, in one transaction.
@@ -336,14 +329,7 @@ func Read(ctx context.Context, db *sql.DB, dialect string, q Query) ([]Record, e
 		if err := rows.Scan(&r.Kind, &r.Name, &r.UID, &r.Seq, &r.From, &r.To, &r.Event, &r.Reason, &r.By, &at, &r.Revision); err != nil {
 			return nil, err
 		}
-		switch v := at.(type) {
-		case time.Time:
-			r.At = v.UTC()
-		case string:
-			r.At, _ = time.Parse(sqliteTime, v)
-		case []byte:
-			r.At, _ = time.Parse(sqliteTime, string(v))
-		}
+		r.At = scanAt(at)
 		out = append(out, r)
 	}
 	if q.Limit > 0 {

@@ -419,11 +419,17 @@ func startSnapshots(ctx context.Context, cfg Config, ds *store.Datastore, up sna
 	if err != nil {
 		return nil, err
 	}
+	ca, err := snapshot.DeploymentOf(cfg.DataDir)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		snapshot.ScheduleUpload(sctx, client, ds.Backend(), dir, cfg.SnapshotInterval, cfg.SnapshotRetention, up)
+		snapshot.Schedule(sctx, client, ds.Backend(), dir, cfg.SnapshotInterval, cfg.SnapshotRetention, up,
+			snapshot.HistoryFrom(ds.SQL(), ds.Backend()), snapshot.Of(ca))
 	}()
 	return func() { cancel(); <-done; client.Close() }, nil
 }

@@ -2,7 +2,9 @@ package snapshot
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -19,7 +21,11 @@ type Datastore struct {
 	Backend string
 	// Online is true when it goes through a running server's kine.
 	Online bool
-	close  []func()
+	// SQL is the database the transition history table is in, and
+	// Dialect its kind (internal/sqldialect); nil on etcd.
+	SQL     *sql.DB
+	Dialect string
+	close   []func()
 }
 
 // Close ends the connection and what was started for it.
@@ -54,6 +60,15 @@ func Open(ctx context.Context, dataDir, endpoint string, tlsFiles store.TLSFiles
 			if c := dialSocket(ctx, sock); c != nil {
 				d.Client, d.Backend, d.Online = c, "sqlite", true
 				d.close = append(d.close, func() { c.Close() })
+				// The server's own SQLite file, read beside it (WAL
+				// lets a reader in while the server writes).
+				db, dialect, err := store.OpenSQL(dataDir, "")
+				if err != nil {
+					d.Close()
+					return nil, err
+				}
+				d.SQL, d.Dialect = db, dialect
+				d.close = append(d.close, func() { db.Close() })
 				return d, nil
 			}
 		}
@@ -87,6 +102,7 @@ func Open(ctx context.Context, dataDir, endpoint string, tlsFiles store.TLSFiles
 	}
 	d.close = append(d.close, func() { c.Close() })
 	d.Client, d.Backend = c, ds.Backend()
+	d.SQL, d.Dialect = ds.SQL(), ds.Backend()
 	return d, nil
 }
 
@@ -95,6 +111,14 @@ func dialSocket(ctx context.Context, sock string) *clientv3.Client {
 	if _, err := os.Stat(sock); err != nil {
 		return nil
 	}
+	// A stopped server leaves its socket file behind: one plain connect
+	// tells, before the etcd client spends its timeouts retrying (and
+	// logging) against nothing.
+	conn, err := net.DialTimeout("unix", sock, time.Second)
+	if err != nil {
+		return nil
+	}
+	conn.Close()
 	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"unix://" + sock}, DialTimeout: 2 * time.Second})
 	if err != nil {
 		return nil
@@ -114,5 +138,19 @@ func (r Result) Describe(verb string) string {
 	if r.Bytes > 0 {
 		size = fmt.Sprintf(", %d bytes", r.Bytes)
 	}
-	return fmt.Sprintf("%s %d keys at revision %d from %s in %s%s", verb, r.Keys, r.Revision, r.Backend, r.Duration.Round(time.Millisecond), size)
+	return fmt.Sprintf("%s %d keys and %d transition history rows at revision %d from %s in %s%s", verb, r.Keys, r.HistoryRows, r.Revision, r.Backend, r.Duration.Round(time.Millisecond), size)
+}
+
+// HistoryNote says, when the source's history writer was behind, what
+// that means for the new datastore's history; "" when it was not.
+func (r Result) HistoryNote() string {
+	if r.HistoryBehind == 0 {
+		return ""
+	}
+	if r.HistoryUnrecorded < 0 {
+		return fmt.Sprintf("note: the transition history table's writer had read the datastore only up to revision %d, and %d objects were written after it (was --transition-history turned off?): "+
+			"their transitions may be missing from the history table; the new datastore's servers record them from the objects' status.transitions (the last 20 of each)", r.HistoryBehind, -r.HistoryUnrecorded)
+	}
+	return fmt.Sprintf("note: %d transitions of objects written after revision %d were not in the transition history table yet (its server stopped before its history writer read them); "+
+		"the new datastore's servers record them from the objects' status.transitions (the last 20 of each)", r.HistoryUnrecorded, r.HistoryBehind)
 }

@@ -34,14 +34,9 @@ type Uploader interface {
 }
 
 // Schedule takes a snapshot into dir every interval and keeps the newest
-// keep of them, like k3s's etcd snapshots. It returns when ctx ends.
-func Schedule(ctx context.Context, c *clientv3.Client, backend, dir string, every time.Duration, keep int) {
-	ScheduleUpload(ctx, c, backend, dir, every, keep, nil)
-}
-
-// ScheduleUpload is Schedule that also hands each snapshot to up, when
-// not nil.
-func ScheduleUpload(ctx context.Context, c *clientv3.Client, backend, dir string, every time.Duration, keep int, up Uploader) {
+// keep of them, like k3s's etcd snapshots, and hands each to up (when not
+// nil). It returns when ctx ends.
+func Schedule(ctx context.Context, c *clientv3.Client, backend, dir string, every time.Duration, keep int, up Uploader, opts ...Option) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		klog.ErrorS(err, "Scheduled snapshots are off: cannot create their directory", "dir", dir)
 		return
@@ -54,14 +49,14 @@ func ScheduleUpload(ctx context.Context, c *clientv3.Client, backend, dir string
 			return
 		case now := <-t.C:
 			file := filepath.Join(dir, filePrefix+now.UTC().Format("20060102T150405.000Z")+fileSuffix)
-			res, err := Take(ctx, c, backend, file)
+			res, err := Take(ctx, c, backend, file, opts...)
 			if err != nil {
 				if ctx.Err() == nil {
 					klog.ErrorS(err, "Scheduled snapshot failed", "file", file)
 				}
 				continue
 			}
-			klog.InfoS("Scheduled snapshot taken", "file", file, "keys", res.Keys, "revision", res.Revision, "bytes", res.Bytes, "took", res.Duration)
+			klog.InfoS("Scheduled snapshot taken", "file", file, "keys", res.Keys, "historyRows", res.HistoryRows, "revision", res.Revision, "bytes", res.Bytes, "took", res.Duration)
 			if err := Prune(dir, keep); err != nil {
 				klog.ErrorS(err, "Pruning scheduled snapshots", "dir", dir)
 			}
