@@ -192,7 +192,11 @@ func Check(ctx context.Context, client *clientv3.Client, c *Config) (Report, err
 		}
 	}
 	if first != nil {
-		if failed > 1 {
+		switch failed {
+		case 1:
+		case 2:
+			return r, fmt.Errorf("%w (one more object cannot be read either)", first)
+		default:
 			return r, fmt.Errorf("%w (%d more objects cannot be read either)", first, failed-1)
 		}
 		return r, first
@@ -246,16 +250,16 @@ func unreadable(c *Config, gr schema.GroupResource, name string, stored []byte) 
 	provider, key, encrypted := keyOf(stored)
 	switch {
 	case encrypted && c == nil:
-		return fmt.Errorf("%s %q in the datastore is encrypted with %s key %q, and muster-server was started without --%s: it could read none of those objects, so it does not start; give it the encryption config the other servers of this deployment use (%s)",
+		return fmt.Errorf("%s/%s in the datastore is encrypted with the %s key named %s, and muster-server was started without --%s: it could read none of those objects, so it does not start; give it the encryption config the other servers of this deployment use (%s)",
 			gr, name, provider, key, Flag, Doc)
 	case encrypted && !c.Encrypts(gr):
-		return fmt.Errorf("%s %q in the datastore is encrypted with %s key %q, and --%s %s no longer lists %s, so it cannot be read: muster-server does not start; list %s again with a provider holding that key, start the server, and rewrite every object (%s)",
+		return fmt.Errorf("%s/%s in the datastore is encrypted with the %s key named %s, and --%s %s no longer lists %s, so it cannot be read: muster-server does not start; list %s again with a provider holding that key, start the server, and rewrite every object (%s)",
 			gr, name, provider, key, Flag, c.Path, gr, gr, Doc)
 	case encrypted:
-		return fmt.Errorf("%s %q in the datastore is encrypted with %s key %q, which --%s %s cannot decrypt (the key is not in the file, or its secret differs): muster-server would fail every read of it, so it does not start; put that key back in the file after the first key, start the server, rewrite every object (%s, \"Rotating a key\"), and only then remove it",
+		return fmt.Errorf("%s/%s in the datastore is encrypted with the %s key named %s, which --%s %s cannot decrypt (the key is not in the file, or its secret differs): muster-server would fail every read of it, so it does not start; put that key back in the file after the first key, start the server, rewrite every object (%s#rotating-a-key), and only then remove it",
 			gr, name, provider, key, Flag, c.Path, Doc)
 	default:
-		return fmt.Errorf("%s %q in the datastore is stored in plaintext, and --%s %s has no identity provider for %s, so it cannot be read: muster-server does not start; add \"- identity: {}\" as the last provider of %s, start the server, rewrite every object (%s), and only then remove it",
+		return fmt.Errorf("%s/%s in the datastore is stored in plaintext, and --%s %s has no identity provider for %s, so it cannot be read: muster-server does not start; add the provider identity: {} as the last of %s, start the server, rewrite every object (%s), and only then remove it",
 			gr, name, Flag, c.Path, gr, gr, Doc)
 	}
 }

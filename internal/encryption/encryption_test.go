@@ -146,10 +146,10 @@ func TestCheck(t *testing.T) {
 		{name: "the key that wrote it", file: withK1},
 		{name: "a new first key, the old one second", file: file(t, 0o600, plans, aesgcm(map[string]string{"k1": k1, "k2": k2}, "k2", "k1")), wantStale: 1},
 		{name: "the old key gone", file: file(t, 0o600, plans, aesgcm(map[string]string{"k2": k2}, "k2")),
-			wantErr: []string{`machineplans.muster.io "m-1"`, `aesgcm key "k1"`, "cannot decrypt", "does not start", "put that key back"}},
+			wantErr: []string{"machineplans.muster.io/m-1", "aesgcm key named k1", "cannot decrypt", "does not start", "put that key back"}},
 		{name: "same name, other secret", file: file(t, 0o600, plans, aesgcm(map[string]string{"k1": k2}, "k1")),
-			wantErr: []string{`aesgcm key "k1"`, "its secret differs"}},
-		{name: "no file", wantErr: []string{`aesgcm key "k1"`, "started without --encryption-provider-config"}},
+			wantErr: []string{"aesgcm key named k1", "its secret differs"}},
+		{name: "no file", wantErr: []string{"aesgcm key named k1", "started without --encryption-provider-config"}},
 		{name: "the kind no longer listed", file: file(t, 0o600, "machineplansets.muster.io", aesgcm(map[string]string{"k1": k1}, "k1")),
 			wantErr: []string{"no longer lists machineplans.muster.io"}},
 	}
@@ -189,7 +189,7 @@ func TestCheck(t *testing.T) {
 	// file keeps identity as a last provider.
 	put(t, client, StoragePrefix+"muster.io/machineplansets/s-1", []byte(`{"kind":"MachinePlanSet"}`))
 	_, err = Check(ctx, client, c1)
-	if err == nil || !strings.Contains(err.Error(), `machineplansets.muster.io "s-1" in the datastore is stored in plaintext`) || !strings.Contains(err.Error(), "identity") {
+	if err == nil || !strings.Contains(err.Error(), "machineplansets.muster.io/s-1 in the datastore is stored in plaintext") || !strings.Contains(err.Error(), "identity") {
 		t.Fatalf("Check = %v, want a refusal naming the plaintext object and identity", err)
 	}
 	withIdentity, err := Load(ctx, file(t, 0o600, plans, aesgcm(map[string]string{"k1": k1}, "k1")+"      - identity: {}\n"))
