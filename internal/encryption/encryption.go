@@ -214,17 +214,26 @@ func (r Report) StaleSummary() string {
 	return strings.Join(parts, ", ")
 }
 
-// parseKey splits <StoragePrefix><group>/<resource>/<name...>.
+// parseKey splits <StoragePrefix><group>/<resource>/<name...>; the core
+// group's kinds (Events) have no group segment: <StoragePrefix>events/<ns>/<name>.
 func parseKey(key string) (schema.GroupResource, string, bool) {
 	rest, ok := strings.CutPrefix(key, StoragePrefix)
 	if !ok {
 		return schema.GroupResource{}, "", false
 	}
-	parts := strings.SplitN(rest, "/", 3)
-	if len(parts) != 3 || parts[1] == "" {
+	group, rest, ok := strings.Cut(rest, "/")
+	if !ok {
 		return schema.GroupResource{}, "", false
 	}
-	return schema.GroupResource{Group: parts[0], Resource: parts[1]}, parts[2], true
+	if !strings.Contains(group, ".") {
+		// A resource of the core group: what was read as the group is it.
+		return schema.GroupResource{Resource: group}, rest, rest != ""
+	}
+	resource, name, ok := strings.Cut(rest, "/")
+	if !ok || resource == "" || name == "" {
+		return schema.GroupResource{}, "", false
+	}
+	return schema.GroupResource{Group: group, Resource: resource}, name, true
 }
 
 // encPrefix is how every encrypting provider marks what it wrote:

@@ -226,3 +226,22 @@ func TestKeyOf(t *testing.T) {
 		}
 	}
 }
+
+func TestParseKey(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		gr   schema.GroupResource
+		name string
+		ok   bool
+	}{
+		{StoragePrefix + "muster.io/machineplans/web-1", schema.GroupResource{Group: Group, Resource: "machineplans"}, "web-1", true},
+		{StoragePrefix + "events/default/web-1.18ebc8", schema.GroupResource{Resource: "events"}, "default/web-1.18ebc8", true},
+		{"/registry/health", schema.GroupResource{}, "", false},
+		{StoragePrefix + "muster.io/machineplans", schema.GroupResource{}, "", false},
+	} {
+		gr, name, ok := parseKey(tc.key)
+		if gr != tc.gr || name != tc.name || ok != tc.ok {
+			t.Errorf("parseKey(%q) = %v %q %v, want %v %q %v", tc.key, gr, name, ok, tc.gr, tc.name, tc.ok)
+		}
+	}
+}
