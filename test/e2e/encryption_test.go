@@ -94,7 +94,8 @@ func allUnder(t *testing.T, s *server, key string, want int) {
 // plan's and a plan set's secret content is found neither in the SQLite
 // files nor in PostgreSQL's kine table nor in a snapshot, while a Machine
 // (not encrypted) is found there in plaintext, so the search would have
-// found it; an operator still reads the plan whole through the API. A key
+// found it; an operator still reads the plan whole through the API, and
+// so does a server restored from the snapshot with the same key. A key
 // rotation as docs/encryption.md tells it (new key first, old key second,
 // restart, rewrite with kubectl get | kubectl replace, remove the old key,
 // restart) leaves every plan and plan set under the new key, readable. A
@@ -199,6 +200,20 @@ spec:
 		}
 		noSecretsInLog(t)
 
+		// The snapshot restored into a fresh SQLite data dir serves the
+		// plans to a server given the deployment's token and key: each
+		// ciphertext is bound to its storage key, which a restore keeps.
+		r := newServer(t, "127.0.0.1", "", "--token-file", writeSecretFile(t, serverToken(t, s)),
+			"--encryption-provider-config", encryptionConfig(t, keys, "key1"))
+		if out, err := datastoreCLI(r, nil, "datastore", "restore", snap); err != nil {
+			t.Fatalf("datastore restore: %v\n%s", err, out)
+		}
+		r.start()
+		if got := r.mustKubectl("get", "machineplan", "enc-1", "-o", "jsonpath={.spec.files[0].content}"); !strings.Contains(got, secret) {
+			t.Fatalf("the restored server reads the plan's file as %q, want the secret in clear", got)
+		}
+		r.stop()
+
 		// Rotation: the new key first, the old one still there to read
 		// what it wrote; then rewrite every object through the API.
 		s.stop()
@@ -251,6 +266,7 @@ spec:
 				select {
 				case <-s.exited:
 				case <-time.After(90 * time.Second):
+					s.stop() // so that the next case starts on a data dir no server holds
 					t.Fatalf("muster-server did not refuse to start:\n%s", s.log.String())
 				}
 				if s.cmd.ProcessState.ExitCode() == 0 {
