@@ -81,6 +81,10 @@ func Load(ctx context.Context, path string) (*Config, error) {
 	}
 	// The loader's errors name fields, never a key's secret (its
 	// validation prints REDACTED in place of one).
+	// Only a KMS provider keeps using the context (its plugin's probes),
+	// and it is refused below: nothing outlives Load.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	loaded, err := encryptionconfig.LoadEncryptionConfig(ctx, path, false, "")
 	if err != nil {
 		return nil, fmt.Errorf("--%s %s: %w (the file is an apiserver.config.k8s.io/v1 EncryptionConfiguration; see %s)", Flag, path, err, Doc)

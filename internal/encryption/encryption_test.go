@@ -67,6 +67,7 @@ func TestLoadRefuses(t *testing.T) {
 		{"everything", 0o600, "'*.*'", aesgcm(map[string]string{"k1": k}, "k1"), "transition history reads"},
 		{"no secret-bearing kind", 0o600, "secrets", aesgcm(map[string]string{"k1": k}, "k1"), "encrypts neither machineplans.muster.io, machineplansets.muster.io"},
 		{"a key of the wrong length", 0o600, plans, "      - aesgcm:\n          keys:\n            - name: k1\n              secret: dGVuYnl0ZXMhIQ==\n", "EncryptionConfiguration"},
+		{"a KMS provider", 0o600, plans, "      - kms:\n          apiVersion: v2\n          name: plugin\n          endpoint: unix:///nonexistent/kms.sock\n", "names a KMS provider"},
 		{"not YAML of the kind", 0o600, plans, "      - nonsense: {}\n", "EncryptionConfiguration"},
 	}
 	for _, tc := range cases {
