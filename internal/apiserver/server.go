@@ -30,6 +30,7 @@ import (
 	genericfilters "k8s.io/apiserver/pkg/server/filters"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
+	storagevalue "k8s.io/apiserver/pkg/storage/value"
 	"k8s.io/apiserver/pkg/util/compatibility"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	clientrest "k8s.io/client-go/rest"
@@ -69,6 +70,10 @@ type Config struct {
 	Storage storagebackend.TransportConfig
 	// CompactionInterval is the apiserver's own compaction; zero when kine compacts.
 	CompactionInterval time.Duration
+	// Encryption, if set, encrypts the resources it names at rest
+	// (--encryption-provider-config, internal/encryption); the storage
+	// calls its transformers on every read and write.
+	Encryption storagevalue.ResourceTransformers
 	// Tokens authenticates bearer tokens (join tokens).
 	Tokens *TokenAuthenticator
 	// Agents authorizes join tokens and machine certificates, after the
@@ -281,6 +286,11 @@ func New(cfg Config) (*Server, error) {
 	etcd.StorageConfig.CompactionInterval = cfg.CompactionInterval
 	// The muster.io types have no protobuf encoding.
 	etcd.DefaultStorageMediaType = "application/json"
+	if cfg.Encryption != nil {
+		// Set before ApplyTo, which then wraps every resource's storage
+		// config with its transformer (and loads no file of its own).
+		rc.Config.ResourceTransformers = cfg.Encryption
+	}
 	if err := etcd.ApplyTo(&rc.Config); err != nil {
 		return nil, fmt.Errorf("configuring storage: %w", err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/muster-io/muster/internal/apiserver"
 	"github.com/muster-io/muster/internal/console"
 	"github.com/muster-io/muster/internal/driver"
+	"github.com/muster-io/muster/internal/encryption"
 	"github.com/muster-io/muster/internal/events"
 	"github.com/muster-io/muster/internal/gctune"
 	"github.com/muster-io/muster/internal/history"
@@ -52,6 +53,10 @@ type Config struct {
 	// DatastoreEndpoint selects the datastore: empty for SQLite in DataDir,
 	// postgres:// for PostgreSQL, http(s):// for an external etcd.
 	DatastoreEndpoint string
+	// EncryptionProviderConfig is an EncryptionConfiguration file (mode
+	// 0600) whose keys encrypt the resources it names at rest
+	// (internal/encryption); empty for none.
+	EncryptionProviderConfig string
 	// DatastoreTLS is the CA, client certificate and key an external etcd
 	// is reached with (--datastore-cafile/certfile/keyfile).
 	DatastoreTLS store.TLSFiles
@@ -258,6 +263,10 @@ func run(ctx context.Context, cfg Config) error {
 			klog.Warning(note)
 		}
 	}
+	encrypt, err := checkEncryption(ctx, cfg, ds)
+	if err != nil {
+		return err
+	}
 	state, err := prepareCertificates(ctx, cfg, ds)
 	if err != nil {
 		return err
@@ -318,6 +327,7 @@ func run(ctx context.Context, cfg Config) error {
 		CABundle:                    state.CA.CertPEM,
 		Storage:                     ds.Transport(),
 		CompactionInterval:          ds.CompactionInterval(),
+		Encryption:                  encrypt.ResourceTransformers(),
 		Tokens:                      tokens,
 		Agents:                      registrationRules,
 		ObserveCaller:               liveness.Observe,
@@ -368,6 +378,38 @@ func run(ctx context.Context, cfg Config) error {
 	klog.InfoS("muster-server starting", "server", self, "advertise", advertised, "dataDir", cfg.DataDir, "datastore", ds.Backend(),
 		"https", net.JoinHostPort(cfg.BindAddress, fmt.Sprint(cfg.HTTPSPort)), "adminKubeconfig", state.Files.AdminKubeconfig)
 	return api.Run(ctx)
+}
+
+// checkEncryption loads --encryption-provider-config, if given, and
+// refuses to start on a datastore holding an object its keys (or, without
+// the flag, plaintext reads) cannot decrypt: a server that started would
+// fail every read of it. Objects under an older key are only counted: the
+// operator rewrites them (docs/encryption.md).
+func checkEncryption(ctx context.Context, cfg Config, ds *store.Datastore) (*encryption.Config, error) {
+	var c *encryption.Config
+	if cfg.EncryptionProviderConfig != "" {
+		var err error
+		if c, err = encryption.Load(ctx, cfg.EncryptionProviderConfig); err != nil {
+			return nil, err
+		}
+	}
+	client, err := ds.Client()
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	report, err := encryption.Check(ctx, client, c)
+	if err != nil {
+		return nil, err
+	}
+	if c != nil {
+		klog.InfoS("Encrypting at rest the resources --"+encryption.Flag+" names", "file", c.Path, "objectsChecked", report.Objects)
+	}
+	if report.Stale > 0 {
+		klog.InfoS("Some objects are stored otherwise than the first provider of --"+encryption.Flag+" writes (an older key, or plaintext): rewrite them to finish a key rotation ("+encryption.Doc+")",
+			"objects", report.Stale, "byResource", report.StaleSummary())
+	}
+	return c, nil
 }
 
 // startHistory runs the transition history writer beside the API; its stop

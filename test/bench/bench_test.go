@@ -8,12 +8,18 @@
 // test` runs: it checks that the harness works and asserts nothing about
 // speed) or "full" (the issue's sizes; `make bench`). MUSTER_BENCH_AGENTS
 // and MUSTER_BENCH_IDLE override the fleet size and the idle window;
-// MUSTER_BENCH_BACKENDS=sqlite (or postgres) runs one backend only.
+// MUSTER_BENCH_BACKENDS=sqlite (or postgres) runs one backend only;
+// naming sqlite+aesgcm (or postgres+aesgcm) there also runs the scenarios,
+// in the same run, against a server that encrypts MachinePlans and
+// MachinePlanSets at rest (--encryption-provider-config, docs/encryption.md):
+// the cost of encryption beside the figures without it.
 package bench
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -104,18 +110,27 @@ func TestBench(t *testing.T) {
 	backends := []struct {
 		name string
 		dsn  func(t *testing.T) string
+		// encrypted variants run only when MUSTER_BENCH_BACKENDS names them.
+		encrypted bool
 	}{
-		{"sqlite", func(*testing.T) string { return "" }},
-		{"postgres", func(t *testing.T) string { return pgtest.DSN(t) }},
+		{"sqlite", func(*testing.T) string { return "" }, false},
+		{"sqlite+aesgcm", func(*testing.T) string { return "" }, true},
+		{"postgres", func(t *testing.T) string { return pgtest.DSN(t) }, false},
+		{"postgres+aesgcm", func(t *testing.T) string { return pgtest.DSN(t) }, true},
 	}
 	only := os.Getenv("MUSTER_BENCH_BACKENDS")
 	for _, b := range backends {
-		if only != "" && !strings.Contains(only, b.name) {
+		if (only != "" || b.encrypted) && !strings.Contains(only, b.name) {
 			continue
 		}
 		t.Run(b.name, func(t *testing.T) {
-			r.set(ceilingName, "txn/s", "", false, b.name, ceiling(t, b.dsn(t), sc.CeilingDuration))
-			runScenarios(t, r, sc, bin, b.name, b.dsn(t))
+			var extra []string
+			if b.encrypted {
+				extra = []string{"--encryption-provider-config", encryptionConfig(t)}
+			} else {
+				r.set(ceilingName, "txn/s", "", false, b.name, ceiling(t, b.dsn(t), sc.CeilingDuration))
+			}
+			runScenarios(t, r, sc, bin, b.name, b.dsn(t), extra...)
 		})
 	}
 	table := r.markdown()
@@ -174,8 +189,22 @@ func ceiling(t *testing.T, dsn string, d time.Duration) float64 {
 	return float64(total) / d.Seconds()
 }
 
-func runScenarios(t *testing.T, r *report, sc scale, bin, backend, dsn string) {
-	s := startServer(t, bin, dsn)
+// encryptionConfig is docs/encryption.md's file with one fresh aesgcm key.
+func encryptionConfig(t *testing.T) string {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "encryption.yaml")
+	body := "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n  - resources: [machineplans.muster.io, machineplansets.muster.io]\n    providers:\n      - aesgcm:\n          keys:\n            - name: bench\n              secret: " + base64.StdEncoding.EncodeToString(key) + "\n"
+	if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func runScenarios(t *testing.T, r *report, sc scale, bin, backend, dsn string, extra ...string) {
+	s := startServer(t, bin, dsn, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	admin := s.admin(t)
@@ -348,7 +377,7 @@ type server struct {
 	cmd      *exec.Cmd
 }
 
-func startServer(t *testing.T, bin, dsn string) *server {
+func startServer(t *testing.T, bin, dsn string, extra ...string) *server {
 	// The server's data dir is its own (it refuses a shared one that others
 	// may read); its log goes beside it.
 	parent := t.TempDir()
@@ -358,6 +387,7 @@ func startServer(t *testing.T, bin, dsn string) *server {
 	if dsn != "" {
 		args = append(args, "--datastore-endpoint", dsn)
 	}
+	args = append(args, extra...)
 	s := &server{dir: dir, url: fmt.Sprintf("https://127.0.0.1:%d", port), cmd: exec.Command(bin, args...)}
 	logf, err := os.Create(filepath.Join(parent, "server.log"))
 	if err != nil {
@@ -441,7 +471,18 @@ func (s *server) status(field string) float64 {
 func (r *report) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# muster bench (%s scale, %s, %s)\n\n", r.Scale.Name, r.Machine, r.When.Format(time.RFC3339))
-	b.WriteString("| figure | SQLite | ÷ ceiling | PostgreSQL | ÷ ceiling | target |\n|---|---:|---:|---:|---:|---|\n")
+	columns := []string{"sqlite", "postgres"}
+	b.WriteString("| figure | SQLite | ÷ ceiling | PostgreSQL | ÷ ceiling |")
+	for _, be := range []string{"sqlite+aesgcm", "postgres+aesgcm"} {
+		for _, f := range r.Figures {
+			if _, ok := f.Values[be]; ok {
+				columns = append(columns, be)
+				fmt.Fprintf(&b, " %s | ÷ ceiling |", be)
+				break
+			}
+		}
+	}
+	b.WriteString(" target |\n|---|" + strings.Repeat("---:|", 2*len(columns)) + "---|\n")
 	var ceil map[string]float64
 	for _, f := range r.Figures {
 		if f.Name == ceilingName {
@@ -450,13 +491,15 @@ func (r *report) markdown() string {
 	}
 	for _, f := range r.Figures {
 		fmt.Fprintf(&b, "| %s (%s) |", f.Name, f.Unit)
-		for _, be := range []string{"sqlite", "postgres"} {
+		for _, be := range columns {
 			v, ok := f.Values[be]
+			// An encrypted variant sits on its backend's ceiling.
+			base, _, _ := strings.Cut(be, "+")
 			switch {
 			case !ok:
 				b.WriteString(" — | — |")
-			case f.PerCeiling && ceil[be] > 0:
-				fmt.Fprintf(&b, " %s | %.3f |", num(v), v/ceil[be])
+			case f.PerCeiling && ceil[base] > 0:
+				fmt.Fprintf(&b, " %s | %.3f |", num(v), v/ceil[base])
 			default:
 				fmt.Fprintf(&b, " %s | |", num(v))
 			}
