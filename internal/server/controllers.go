@@ -24,6 +24,7 @@ import (
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/leader"
 	"github.com/muster-io/muster/internal/lifecycle"
+	"github.com/muster-io/muster/internal/liveness"
 	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/internal/pki"
 	"github.com/muster-io/muster/internal/planset"
@@ -57,8 +58,11 @@ type controllers struct {
 	peerTLS  *tls.Config
 	tokens   *apiserver.TokenAuthenticator
 	rules    *apiserver.AgentAuthorizer
-	liveness *lifecycle.Tracker
-	events   *events.Recorder
+	liveness *liveness.Tracker
+	// returns carry the machines liveness hears of afresh to the lifecycle
+	// controller of the current term.
+	returns *lifecycle.Returns
+	events  *events.Recorder
 	// drivers are the machine-pool drivers, shared with the API's
 	// admission so that pools are checked against the drivers that run them.
 	drivers *driver.Registry
@@ -133,7 +137,7 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 	// machines` shows it as LAST-SEEN. With n servers that is n-1 reports
 	// fetched per server per PeerPollInterval (about 40 bytes a machine
 	// heard in the last 10 minutes); a new leader starts with them too.
-	go lifecycle.PollPeers(ctx, c.liveness, endpoints.Lister(), c.self, c.peerTLS)
+	go liveness.PollPeers(ctx, c.liveness, endpoints.Lister(), c.self, c.peerTLS)
 	go serverendpoint.Publish(ctx, client.MusterV1alpha1(), c.self, c.address)
 	electionCtx, stopElection := context.WithCancel(ctx)
 	c.stopElection, c.elected = stopElection, make(chan struct{})
@@ -160,7 +164,7 @@ func (c *controllers) lead(term context.Context) {
 	factory := c.factory
 	granter := c.join.NewController(factory)
 	housekeeper := c.join.NewHousekeeper(c.client, factory)
-	machines := lifecycle.NewController(c.client, c.objects, factory, c.liveness, c.cfg.AgentSilenceThreshold, c.events)
+	machines := lifecycle.NewController(c.client, c.objects, factory, c.liveness, c.returns, c.cfg.AgentSilenceThreshold, c.events)
 	pools := pool.NewController(c.client, factory, c.drivers, c.events, "https://"+c.address)
 	planSets := planset.NewController(c.client, factory)
 	endpoints := factory.Muster().V1alpha1().ServerEndpoints()

@@ -27,6 +27,7 @@ import (
 	"github.com/muster-io/muster/internal/install"
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/lifecycle"
+	"github.com/muster-io/muster/internal/liveness"
 	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/internal/registry"
 	"github.com/muster-io/muster/internal/snapshot"
@@ -283,17 +284,20 @@ func run(ctx context.Context, cfg Config) error {
 	joins := join.New(join.Config{CA: state.CA, Validity: cfg.AgentCertificateValidity, TokenJoinRate: cfg.JoinRate, TokenJoinBurst: cfg.JoinBurst})
 	recorder := events.NewRecorder(self)
 	tokens := apiserver.NewTokenAuthenticator()
-	liveness := lifecycle.NewTracker()
-	metrics.Register()
-	metrics.SetConnectedAgents(func() int { return liveness.Connected(metrics.ConnectedWindow) })
-	registrationRules := apiserver.NewAgentAuthorizer()
 	// Each server reports the tunnels it holds with its liveness report,
 	// and forwards a request for a machine whose tunnel another holds.
 	hub := tunnel.NewHub()
-	liveness.ReportTunnels(hub.Opened)
+	// A machine heard afresh is looked at by the lifecycle controller at
+	// once: returns is made first, for the tracker to notify and each
+	// term's controller to receive.
+	returns := lifecycle.NewReturns()
+	tracker := liveness.New(liveness.Options{OnReturn: returns.Notify, ReportTunnels: hub.Opened})
+	metrics.Register()
+	metrics.SetConnectedAgents(func() int { return tracker.Connected(metrics.ConnectedWindow) })
+	registrationRules := apiserver.NewAgentAuthorizer()
 	metrics.SetTunnels(hub.Len)
-	tunnels := &serve.Server{Hub: hub, Events: recorder, LastSeen: liveness.LastSeen, Forwarding: &serve.Forwarding{
-		Self: self, Locate: liveness.TunnelHolder, Transport: &http.Transport{TLSClientConfig: peerTLS, ForceAttemptHTTP2: true},
+	tunnels := &serve.Server{Hub: hub, Events: recorder, LastSeen: tracker.LastSeen, Forwarding: &serve.Forwarding{
+		Self: self, Locate: tracker.TunnelHolder, Transport: &http.Transport{TLSClientConfig: peerTLS, ForceAttemptHTTP2: true},
 	}}
 	drivers := driver.NewRegistry(cfg.DriversDir, map[string]driver.Driver{
 		"ssh": &driver.SSH{KeyDir: layout.SSHDriverKeys, Script: install.Script},
@@ -312,10 +316,10 @@ func run(ctx context.Context, cfg Config) error {
 		CompactionInterval:          ds.CompactionInterval(),
 		Tokens:                      tokens,
 		Agents:                      registrationRules,
-		ObserveCaller:               liveness.Observe,
+		ObserveCaller:               tracker.Observe,
 		MaxRequestsInFlight:         cfg.MaxRequestsInFlight,
 		MaxMutatingRequestsInFlight: cfg.MaxMutatingRequestsInFlight,
-		PeerHandlers:                map[string]http.Handler{lifecycle.ReportPath: liveness},
+		PeerHandlers:                map[string]http.Handler{liveness.ReportPath: tracker},
 		Delegation:                  &apiserver.Delegation{AuthenticationKubeconfig: cfg.AuthenticationKubeconfig, AuthorizationKubeconfig: cfg.AuthorizationKubeconfig},
 		PublicHandlers:              public,
 		SelfPaced:                   install.IsDownload,
@@ -324,7 +328,7 @@ func run(ctx context.Context, cfg Config) error {
 		Sessions:                    webConsole.Sessions,
 		Registrations:               joins.Storage,
 		EventTTL:                    cfg.EventTTL,
-		LastHeard:                   liveness.LastSeen,
+		LastHeard:                   tracker.LastSeen,
 		Drivers:                     drivers,
 		Tunnels:                     tunnels,
 		History:                     historyReader(ds),
@@ -335,7 +339,7 @@ func run(ctx context.Context, cfg Config) error {
 	joins.SetEvents(recorder) // the join's Granter exists once the API is built
 	ctl := &controllers{
 		cfg: cfg, join: joins, objects: api.Objects(), self: self, address: advertised, peerTLS: peerTLS,
-		tokens: tokens, rules: registrationRules, liveness: liveness, events: recorder, drivers: drivers,
+		tokens: tokens, rules: registrationRules, liveness: tracker, returns: returns, events: recorder, drivers: drivers,
 	}
 	if err := api.AddPostStartHook("muster-controllers", func(ctx context.Context) error {
 		return ctl.start(ctx, api.LoopbackConfig())
