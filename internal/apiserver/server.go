@@ -52,7 +52,8 @@ const (
 	DefaultMaxMutatingRequestsInFlight = 1000
 )
 
-// Config is everything the API server needs from the rest of muster-server.
+// Config is what the API server needs from the rest of muster-server
+// beside its Parts, which are built on the stores Complete makes.
 type Config struct {
 	// BindAddress and Port are where HTTPS is served.
 	BindAddress net.IP
