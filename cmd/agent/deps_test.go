@@ -26,6 +26,7 @@ func TestAgentLinksNoServerCode(t *testing.T) {
 		"github.com/muster-io/muster/internal/apiserver", "github.com/muster-io/muster/internal/registry",
 		"github.com/muster-io/muster/internal/server", "github.com/muster-io/muster/internal/store",
 		"github.com/muster-io/muster/internal/join", "github.com/muster-io/muster/internal/lifecycle",
+		"github.com/muster-io/muster/internal/liveness",
 		"github.com/mattn/go-sqlite3", "github.com/jackc/pgx",
 	}
 	// The clientset itself, not its typed client and scheme below it.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/muster-io/muster/internal/bootstrap"
 	"github.com/muster-io/muster/internal/server"
@@ -56,41 +55,15 @@ that data dir's token), and restart the servers one at a time.`,
 				return err
 			}
 			defer ds.Close()
-			resp, err := ds.Client.Get(cmd.Context(), bootstrap.SharedCAKey)
+			resealed, err := bootstrap.RotateStored(cmd.Context(), ds.Client, old, next)
 			if err != nil {
-				return fmt.Errorf("reading the sealed cluster CA: %w", err)
+				return err
 			}
-			if len(resp.Kvs) == 0 {
-				return errors.New("the datastore holds no sealed cluster CA: start muster-server on it once first")
-			}
-			kv := resp.Kvs[0]
-			if _, err := bootstrap.OpenCA(next, kv.Value); err == nil {
+			if resealed {
+				fmt.Fprintln(cmd.OutOrStdout(), "re-sealed the cluster CA with the new server token")
+			} else {
 				// Already re-sealed (by this command on another server).
 				fmt.Fprintln(cmd.OutOrStdout(), "the datastore is already sealed with the new token")
-			} else {
-				if old == "" {
-					return errors.New("no current server token: give it with --token-file, or --data-dir of a server that has it")
-				}
-				blob, err := bootstrap.Reseal(old, next, kv.Value)
-				if errors.Is(err, bootstrap.ErrWrongToken) {
-					return errors.New("the current token (from --token-file or the data dir) does not open the datastore's sealed CA: give the token the servers run with; nothing was changed")
-				}
-				if err != nil {
-					return err
-				}
-				// Only over the blob read: a concurrent rotation loses
-				// rather than being overwritten.
-				txn, err := ds.Client.Txn(cmd.Context()).
-					If(clientv3.Compare(clientv3.ModRevision(bootstrap.SharedCAKey), "=", kv.ModRevision)).
-					Then(clientv3.OpPut(bootstrap.SharedCAKey, string(blob))).
-					Else(clientv3.OpGet(bootstrap.SharedCAKey)).Commit()
-				if err != nil {
-					return fmt.Errorf("storing the re-sealed CA: %w", err)
-				}
-				if !txn.Succeeded {
-					return errors.New("the sealed CA changed while it was re-sealed (another rotation?): run the command again; nothing was changed")
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), "re-sealed the cluster CA with the new server token")
 			}
 			if have, _ := bootstrap.ReadToken(cfg.DataDir); have != "" && !bytes.Equal([]byte(have), []byte(next)) {
 				if err := bootstrap.WriteToken(cfg.DataDir, next); err != nil {

@@ -3,17 +3,14 @@ package apiserver
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/muster-io/muster/internal/caller"
 	"github.com/muster-io/muster/internal/tunnel"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
-	"github.com/muster-io/muster/pkg/client/clientset/versioned"
 	listers "github.com/muster-io/muster/pkg/client/listers/muster/v1alpha1"
 )
 
@@ -24,39 +21,58 @@ import (
 // send heartbeats.
 // It checks live state, so a deleted Machine's certificate stops working at once.
 type AgentAuthorizer struct {
-	client atomic.Pointer[versioned.Interface]
-	cache  atomic.Pointer[authzCache]
-	ready  chan struct{}
-	once   sync.Once
+	live          LiveObjects
+	machines      listers.MachineLister
+	registrations listers.ClusterRegistrationLister
+	// ready is closed once both caches have synced: until then they are
+	// not read.
+	ready chan struct{}
 	// requests are the machines' requests in flight, ended when their
 	// certificate is voided.
 	requests *agentRequests
 }
 
-// NewAgentAuthorizer returns an authorizer that answers only once SetListers has run.
-func NewAgentAuthorizer() *AgentAuthorizer {
-	return &AgentAuthorizer{ready: make(chan struct{}), requests: newAgentRequests()}
+// LiveObjects is where the authorizer reads what its caches miss: the
+// server's own objects, in process (internal/registry's Objects), read
+// fresh from the datastore.
+type LiveObjects interface {
+	Machine(ctx context.Context, name string, fresh bool) (*api.Machine, error)
+	Registration(ctx context.Context, name string, fresh bool) (*api.ClusterRegistration, error)
 }
 
-// authzCache is what the authorizer reads before asking the datastore: an
-// agent's every request (heartbeats, its watch, status writes) needs its
-// Machine, and a joining agent's every poll needs its registration.
-type authzCache struct {
-	machines      listers.MachineLister
-	registrations listers.ClusterRegistrationLister
+// AgentAuthorizerConfig is what the agent authorizer reads.
+type AgentAuthorizerConfig struct {
+	// Live is read when a cache misses, or before the caches have synced.
+	Live LiveObjects
+	// Machines and Registrations are this server's informers, not started
+	// yet. The authorizer answers from their caches once both have synced,
+	// and ends a machine's requests as soon as Machines sees its Machine
+	// deleted or replaced. A miss, or a Machine whose UID does not match
+	// the certificate, is checked live, so a just-created object is never
+	// refused; a deleted Machine's certificate stops working as soon as the
+	// deletion reaches this server's cache (milliseconds; at most the
+	// datastore poll interval in HA). Nil informers: everything is read live.
+	Machines, Registrations cache.SharedIndexInformer
 }
 
-// SetClient gives the authorizer its (privileged, in-process) client.
-func (a *AgentAuthorizer) SetClient(c versioned.Interface) { a.client.Store(&c) }
-
-// SetListers lets the authorizer answer from informer caches. A miss, or a
-// Machine whose UID does not match the certificate, is checked live, so a
-// just-created object is never refused; a deleted Machine's certificate
-// stops working as soon as the deletion reaches this server's cache
-// (milliseconds; at most the datastore poll interval in HA).
-func (a *AgentAuthorizer) SetListers(machines listers.MachineLister, registrations listers.ClusterRegistrationLister) {
-	a.cache.Store(&authzCache{machines: machines, registrations: registrations})
-	a.once.Do(func() { close(a.ready) })
+// NewAgentAuthorizer returns the authorizer, whole.
+func NewAgentAuthorizer(cfg AgentAuthorizerConfig) (*AgentAuthorizer, error) {
+	a := &AgentAuthorizer{live: cfg.Live, ready: make(chan struct{}), requests: newAgentRequests()}
+	if cfg.Machines == nil || cfg.Registrations == nil {
+		return a, nil
+	}
+	a.machines = listers.NewMachineLister(cfg.Machines.GetIndexer())
+	a.registrations = listers.NewClusterRegistrationLister(cfg.Registrations.GetIndexer())
+	if err := a.voidOnMachineChange(cfg.Machines); err != nil {
+		return nil, fmt.Errorf("watching Machines for voided certificates: %w", err)
+	}
+	machines, registrations := cfg.Machines.HasSyncedChecker(), cfg.Registrations.HasSyncedChecker()
+	go func() {
+		<-machines.Done()
+		<-registrations.Done()
+		close(a.ready)
+	}()
+	return a, nil
 }
 
 // Ready is closed once the caches are loaded; until then the request gate
@@ -64,22 +80,32 @@ func (a *AgentAuthorizer) SetListers(machines listers.MachineLister, registratio
 // does not send a fleet's worth of reads to the datastore.
 func (a *AgentAuthorizer) Ready() <-chan struct{} { return a.ready }
 
-func (a *AgentAuthorizer) getMachine(ctx context.Context, c versioned.Interface, name, uid string) (*api.Machine, error) {
-	if cache := a.cache.Load(); cache != nil {
-		if m, err := cache.machines.Get(name); err == nil && string(m.UID) == uid {
+// cached reports whether the caches may be read.
+func (a *AgentAuthorizer) cached() bool {
+	select {
+	case <-a.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+func (a *AgentAuthorizer) getMachine(ctx context.Context, name, uid string) (*api.Machine, error) {
+	if a.cached() {
+		if m, err := a.machines.Get(name); err == nil && string(m.UID) == uid {
 			return m, nil
 		}
 	}
-	return c.MusterV1alpha1().Machines().Get(ctx, name, metav1.GetOptions{})
+	return a.live.Machine(ctx, name, true)
 }
 
-func (a *AgentAuthorizer) getRegistration(ctx context.Context, c versioned.Interface, name string) (*api.ClusterRegistration, error) {
-	if cache := a.cache.Load(); cache != nil {
-		if r, err := cache.registrations.Get(name); err == nil {
+func (a *AgentAuthorizer) getRegistration(ctx context.Context, name string) (*api.ClusterRegistration, error) {
+	if a.cached() {
+		if r, err := a.registrations.Get(name); err == nil {
 			return r, nil
 		}
 	}
-	return c.MusterV1alpha1().ClusterRegistrations().Get(ctx, name, metav1.GetOptions{})
+	return a.live.Registration(ctx, name, true)
 }
 
 // Authorize implements the decision for muster callers; anything else is NoOpinion.
@@ -127,11 +153,10 @@ func (a *AgentAuthorizer) bootstrap(ctx context.Context, attrs authorizer.Attrib
 	case "create":
 		return authorizer.DecisionAllow, "", nil
 	case "get":
-		c := a.client.Load()
-		if c == nil || attrs.GetName() == "" {
+		if attrs.GetName() == "" {
 			return authorizer.DecisionDeny, only, nil
 		}
-		reg, err := a.getRegistration(ctx, *c, attrs.GetName())
+		reg, err := a.getRegistration(ctx, attrs.GetName())
 		if apierrors.IsNotFound(err) {
 			// Let the request through to answer 404: a name reveals nothing.
 			return authorizer.DecisionAllow, "", nil
@@ -147,11 +172,7 @@ func (a *AgentAuthorizer) bootstrap(ctx context.Context, attrs authorizer.Attrib
 }
 
 func (a *AgentAuthorizer) machine(ctx context.Context, attrs authorizer.Attributes, name, uid string) (authorizer.Decision, string, error) {
-	c := a.client.Load()
-	if c == nil {
-		return authorizer.DecisionNoOpinion, "", fmt.Errorf("authorizer not ready")
-	}
-	m, err := a.getMachine(ctx, *c, name, uid)
+	m, err := a.getMachine(ctx, name, uid)
 	if apierrors.IsNotFound(err) || (err == nil && string(m.UID) != uid) {
 		return authorizer.DecisionDeny, fmt.Sprintf("machine %s no longer exists: its certificate is void; register again with a new join token", name), nil
 	}
@@ -179,7 +200,7 @@ func (a *AgentAuthorizer) machine(ctx context.Context, attrs authorizer.Attribut
 			return authorizer.DecisionAllow, "", nil
 		}
 		if attrs.GetVerb() == "get" && attrs.GetName() != "" {
-			reg, err := a.getRegistration(ctx, *c, attrs.GetName())
+			reg, err := a.getRegistration(ctx, attrs.GetName())
 			if apierrors.IsNotFound(err) {
 				return authorizer.DecisionAllow, "", nil
 			}

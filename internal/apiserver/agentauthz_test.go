@@ -4,22 +4,50 @@ import (
 	"context"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"github.com/muster-io/muster/internal/caller"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
-	"github.com/muster-io/muster/pkg/client/clientset/versioned/fake"
 )
+
+// liveObjects stands in for the server's objects (registry.Objects), which
+// the authorizer reads when its caches miss: here it has no caches.
+type liveObjects map[string]*api.Machine
+
+func (l liveObjects) Machine(_ context.Context, name string, _ bool) (*api.Machine, error) {
+	if m, ok := l[name]; ok {
+		return m, nil
+	}
+	return nil, apierrors.NewNotFound(api.Resource("machines"), name)
+}
+
+func (l liveObjects) Registration(_ context.Context, name string, _ bool) (*api.ClusterRegistration, error) {
+	return nil, apierrors.NewNotFound(api.Resource("clusterregistrations"), name)
+}
+
+// liveAuthorizer is an agent authorizer that reads machines live.
+func liveAuthorizer(t *testing.T, machines ...*api.Machine) *AgentAuthorizer {
+	t.Helper()
+	live := liveObjects{}
+	for _, m := range machines {
+		live[m.Name] = m
+	}
+	a, err := NewAgentAuthorizer(AgentAuthorizerConfig{Live: live})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
 
 // Events are for administrators: what the controllers record names other
 // machines, tokens and registrations, so neither a machine's certificate nor
 // a join token may read them, and neither may write one (a forged event on
 // another machine would mislead an operator).
 func TestEventsAreForAdministratorsOnly(t *testing.T) {
-	a := NewAgentAuthorizer()
-	a.SetClient(fake.NewSimpleClientset(&api.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m1", UID: "uid-1"}}))
+	a := liveAuthorizer(t, &api.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m1", UID: "uid-1"}})
 	rules := Authorizer{Rules: []authorizer.AuthorizerFunc{a.Authorize}}
 
 	cn, groups := caller.MachineSubject("m1", "uid-1")
@@ -67,11 +95,10 @@ func TestEventsAreForAdministratorsOnly(t *testing.T) {
 // forward a user's exec to the server holding the tunnel).
 func TestTunnelAuthorization(t *testing.T) {
 	deleting := metav1.Now()
-	a := NewAgentAuthorizer()
-	a.SetClient(fake.NewSimpleClientset(
+	a := liveAuthorizer(t,
 		&api.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m1", UID: "uid-1"}},
 		&api.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m2", UID: "uid-2", DeletionTimestamp: &deleting, Finalizers: []string{"x"}}},
-	))
+	)
 	rules := Authorizer{Rules: []authorizer.AuthorizerFunc{a.Authorize}}
 	machine := func(name, uid string) user.Info {
 		cn, groups := caller.MachineSubject(name, uid)

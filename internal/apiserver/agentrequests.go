@@ -165,10 +165,10 @@ func (t *agentRequests) keepOnly(name, uid string) {
 	}
 }
 
-// VoidOnMachineChange ends the requests of a certificate as soon as this
+// voidOnMachineChange ends the requests of a certificate as soon as this
 // server's Machine informer sees its Machine deleted, or replaced by one of
 // the same name and another UID.
-func (a *AgentAuthorizer) VoidOnMachineChange(machines cache.SharedIndexInformer) error {
+func (a *AgentAuthorizer) voidOnMachineChange(machines cache.SharedIndexInformer) error {
 	_, err := machines.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) {
 			if m, ok := obj.(*api.Machine); ok {

@@ -18,7 +18,6 @@ import (
 	"github.com/muster-io/muster/internal/tunnel"
 	"github.com/muster-io/muster/internal/tunnel/serve"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
-	"github.com/muster-io/muster/pkg/client/clientset/versioned/fake"
 )
 
 // testUserHeader names the caller in these tests, standing in for the
@@ -30,11 +29,10 @@ const testUserHeader = "X-Test-User"
 // lives, nothing else does, and deleting the Machine ends it.
 func TestTunnelsAheadOfChain(t *testing.T) {
 	deleting := metav1.Now()
-	agents := NewAgentAuthorizer()
-	agents.SetClient(fake.NewSimpleClientset(
+	agents := liveAuthorizer(t,
 		&api.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m1", UID: "uid-1"}},
 		&api.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m2", UID: "uid-2", DeletionTimestamp: &deleting, Finalizers: []string{"x"}}},
-	))
+	)
 	machine := func(name, uid string) user.Info {
 		cn, groups := caller.MachineSubject(name, uid)
 		return &user.DefaultInfo{Name: cn, Groups: groups}

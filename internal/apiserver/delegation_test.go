@@ -60,9 +60,8 @@ func (r *tokenReview) reset() []string {
 // delegated chain's own bearer and WebSocket readers over a recorder.
 func TestAggregatedJoinTokensNeverReachTokenReview(t *testing.T) {
 	const secret = "0123456789abcdefghijklmnopqrstuv"
-	tokens := NewTokenAuthenticator()
-	tokens.SetLister(tokenLister(t, &api.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Name: "abcdef"},
-		Spec: api.ClusterRegistrationTokenSpec{SecretHash: jointoken.HashSecret(secret)}}))
+	tokens := syncedTokens(t, &api.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Name: "abcdef"},
+		Spec: api.ClusterRegistrationTokenSpec{SecretHash: jointoken.HashSecret(secret)}})
 	ca, err := pki.NewCA("test-ca")
 	if err != nil {
 		t.Fatal(err)

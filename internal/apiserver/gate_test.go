@@ -19,15 +19,44 @@ import (
 	listers "github.com/muster-io/muster/pkg/client/listers/muster/v1alpha1"
 )
 
-func tokenLister(t *testing.T, tokens ...*api.ClusterRegistrationToken) listers.ClusterRegistrationTokenLister {
+// tokenCache stands in for the join token informer: its cache, and its
+// sync, which the test completes.
+type tokenCache struct {
+	idx    cache.Indexer
+	synced chan struct{}
+}
+
+func newTokenCache() *tokenCache {
+	return &tokenCache{idx: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}), synced: make(chan struct{})}
+}
+
+func (c *tokenCache) Name() string          { return "join tokens" }
+func (c *tokenCache) Done() <-chan struct{} { return c.synced }
+
+// sync adds tokens to the cache and marks it synced (again: a no-op).
+func (c *tokenCache) sync(t *testing.T, tokens ...*api.ClusterRegistrationToken) {
 	t.Helper()
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	for _, tok := range tokens {
-		if err := idx.Add(tok); err != nil {
+		if err := c.idx.Add(tok); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return listers.NewClusterRegistrationTokenLister(idx)
+	select {
+	case <-c.synced:
+	default:
+		close(c.synced)
+	}
+}
+
+func (c *tokenCache) authenticator() *TokenAuthenticator {
+	return NewTokenAuthenticator(listers.NewClusterRegistrationTokenLister(c.idx), c)
+}
+
+// syncedTokens is a token authenticator whose cache holds tokens, synced.
+func syncedTokens(t *testing.T, tokens ...*api.ClusterRegistrationToken) *TokenAuthenticator {
+	c := newTokenCache()
+	c.sync(t, tokens...)
+	return c.authenticator()
 }
 
 func TestTokenAuthenticator(t *testing.T) {
@@ -39,16 +68,17 @@ func TestTokenAuthenticator(t *testing.T) {
 		}
 		return tok
 	}
-	a := NewTokenAuthenticator()
+	tokens := newTokenCache()
+	a := tokens.authenticator()
 	if _, _, err := a.AuthenticateToken(context.Background(), "abcdef."+secret); err == nil {
 		t.Error("a token was judged before the tokens were loaded")
 	}
 	select {
 	case <-a.Loaded():
-		t.Fatal("Loaded is closed before SetLister")
+		t.Fatal("Loaded is closed before the token cache synced")
 	default:
 	}
-	a.SetLister(tokenLister(t, token("abcdef", nil), token("revoked", func(tok *api.ClusterRegistrationToken) { tok.Status.Phase = api.TokenPhaseRevoked })))
+	tokens.sync(t, token("abcdef", nil), token("revoked", func(tok *api.ClusterRegistrationToken) { tok.Status.Phase = api.TokenPhaseRevoked }))
 	<-a.Loaded()
 	cases := []struct {
 		name   string
@@ -80,8 +110,13 @@ func TestCredentialGate(t *testing.T) {
 	const secret = "0123456789abcdefghijklmnopqrstuv"
 	served := 0
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served++; w.WriteHeader(http.StatusOK) })
+	tokens := newTokenCache()
+	agents, err := NewAgentAuthorizer(AgentAuthorizerConfig{Live: liveObjects{}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	newGate := func() *credentialGate {
-		return &credentialGate{tokens: NewTokenAuthenticator(), agents: NewAgentAuthorizer(), loopback: "loopback-secret",
+		return &credentialGate{tokens: tokens.authenticator(), agents: agents, loopback: "loopback-secret",
 			failures: newFailureLimiter(3, time.Minute), hold: 50 * time.Millisecond, recheck: 10 * time.Millisecond, rechecking: make(chan struct{}, 4),
 			refuse: func(w http.ResponseWriter, _ *http.Request, err error) {
 				status := apierrors.APIStatus(nil)
@@ -124,8 +159,8 @@ func TestCredentialGate(t *testing.T) {
 	g.hold = 5 * time.Second
 	go func() { done <- send(g, "abcdef."+secret, "10.0.0.1").Code }()
 	<-waiting
-	g.tokens.SetLister(tokenLister(t, &api.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Name: "abcdef"},
-		Spec: api.ClusterRegistrationTokenSpec{SecretHash: jointoken.HashSecret(secret)}}))
+	tokens.sync(t, &api.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Name: "abcdef"},
+		Spec: api.ClusterRegistrationTokenSpec{SecretHash: jointoken.HashSecret(secret)}})
 	if code := <-done; code != http.StatusOK {
 		t.Errorf("held request: %d, want it served once the tokens loaded", code)
 	}
@@ -135,10 +170,8 @@ func TestCredentialGate(t *testing.T) {
 	g.recheck = time.Second
 	go func() { done <- send(g, "fresh1."+secret, "10.0.0.4").Code }()
 	<-waiting
-	g.tokens.SetLister(tokenLister(t, &api.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Name: "abcdef"},
-		Spec: api.ClusterRegistrationTokenSpec{SecretHash: jointoken.HashSecret(secret)}},
-		&api.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Name: "fresh1"},
-			Spec: api.ClusterRegistrationTokenSpec{SecretHash: jointoken.HashSecret(secret)}}))
+	tokens.sync(t, &api.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Name: "fresh1"},
+		Spec: api.ClusterRegistrationTokenSpec{SecretHash: jointoken.HashSecret(secret)}})
 	if code := <-done; code != http.StatusOK {
 		t.Errorf("a token that arrived during the recheck wait: %d, want 200", code)
 	}
@@ -202,8 +235,9 @@ func BenchmarkTokenLookup(b *testing.B) {
 		_ = idx.Add(&api.ClusterRegistrationToken{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("tok%04d", i)},
 			Spec: api.ClusterRegistrationTokenSpec{SecretHash: jointoken.HashSecret(secret)}})
 	}
-	a := NewTokenAuthenticator()
-	a.SetLister(listers.NewClusterRegistrationTokenLister(idx))
+	c := &tokenCache{idx: idx, synced: make(chan struct{})}
+	close(c.synced)
+	a := c.authenticator()
 	for _, bc := range []struct{ name, value string }{
 		{"known-id-wrong-secret", "tok0500.x" + secret[1:]},
 		{"unknown-id", "zzz0500.x" + secret[1:]},

@@ -55,7 +55,8 @@ const (
 	DefaultMaxMutatingRequestsInFlight = 1000
 )
 
-// Config is everything the API server needs from the rest of muster-server.
+// Config is what the API server needs from the rest of muster-server
+// beside its Parts, which are built on the stores Complete makes.
 type Config struct {
 	// BindAddress and Port are where HTTPS is served.
 	BindAddress net.IP
@@ -74,12 +75,6 @@ type Config struct {
 	// (--encryption-provider-config, internal/encryption); the storage
 	// calls its transformers on every read and write.
 	Encryption storagevalue.ResourceTransformers
-	// Tokens authenticates bearer tokens (join tokens).
-	Tokens *TokenAuthenticator
-	// Agents authorizes join tokens and machine certificates, after the
-	// built-in rules (admins, public paths), and ends the requests of
-	// voided machine certificates.
-	Agents *AgentAuthorizer
 	// ObserveCaller, if set, is told the identity of every authenticated
 	// request (machine liveness); it must be cheap.
 	ObserveCaller func(user.Info)
@@ -111,10 +106,6 @@ type Config struct {
 	// Sessions, if set, authenticates browser sessions (the web console's
 	// cookie, only on requests that carry its CSRF header).
 	Sessions authenticator.Request
-	// Registrations builds the clusterregistrations resource on the
-	// registry's store of that kind (the join, internal/join); nil serves
-	// the plain store.
-	Registrations func(main *registry.REST, objects *registry.Objects) rest.Storage
 	// EventTTL is how long an Event is kept after its last write; zero
 	// means events.DefaultTTL.
 	EventTTL time.Duration
@@ -135,10 +126,40 @@ type Config struct {
 	Drivers *driver.Registry
 }
 
+// Parts are what the API server is assembled from that are built on its
+// own stores: made after Complete, from CompletedConfig.Objects and the
+// informers served from them, and whole before New.
+type Parts struct {
+	// Tokens authenticates bearer tokens (join tokens).
+	Tokens *TokenAuthenticator
+	// Agents authorizes join tokens and machine certificates, after the
+	// built-in rules (admins, public paths), and ends the requests of
+	// voided machine certificates.
+	Agents *AgentAuthorizer
+	// Registrations builds the clusterregistrations resource on the
+	// registry's store of that kind (the join, internal/join); nil serves
+	// the plain store.
+	Registrations func(main *registry.REST) rest.Storage
+}
+
+// CompletedConfig is the API server's configuration with its serving and
+// storage set up: the registry's stores exist, so what reads them in
+// process (informers, the join, the authenticator and authorizer) can be
+// built before the server is assembled from them (New).
+type CompletedConfig struct {
+	cfg Config
+	rc  *genericapiserver.RecommendedConfig
+	// snapshots trims the watch cache's list snapshots; optsGetter is the
+	// stores' storage, through it.
+	snapshots  *watchcache.Trimmer
+	optsGetter generic.RESTOptionsGetter
+	storages   []*registry.Storage
+	objects    *registry.Objects
+}
+
 // Server is a prepared API server.
 type Server struct {
 	generic *genericapiserver.GenericAPIServer
-	objects *registry.Objects
 }
 
 // featureGates are the apiserver features muster sets otherwise than
@@ -157,11 +178,10 @@ var featureGates = map[string]bool{
 	string(features.ListFromCacheSnapshot): true,
 }
 
-// New builds the API server; nothing listens until Run.
-func New(cfg Config) (*Server, error) {
-	if cfg.Tokens == nil || cfg.Agents == nil {
-		return nil, fmt.Errorf("the API server needs a token authenticator and an agent authorizer")
-	}
+// Complete sets up serving (the port is bound, and the loopback client
+// config made) and storage, and builds the registry's stores on the
+// datastore. Nothing is served until New's server runs.
+func (cfg Config) Complete() (*CompletedConfig, error) {
 	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(featureGates); err != nil {
 		return nil, fmt.Errorf("setting the apiserver's feature gates: %w", err)
 	}
@@ -186,6 +206,60 @@ func New(cfg Config) (*Server, error) {
 	// (clients re-watch elsewhere) instead of holding the shutdown for the
 	// full request timeout.
 	rc.ShutdownWatchTerminationGracePeriod = 2 * time.Second
+
+	serving := genericoptions.NewSecureServingOptions()
+	serving.BindAddress = cfg.BindAddress
+	serving.BindPort = cfg.Port
+	serving.ServerCert.CertKey.CertFile = cfg.ServingCertFile
+	serving.ServerCert.CertKey.KeyFile = cfg.ServingKeyFile
+	if err := serving.WithLoopback().ApplyTo(&rc.SecureServing, &rc.LoopbackClientConfig); err != nil {
+		return nil, fmt.Errorf("serving HTTPS on %s:%d: %w (is another process using the port? choose one with --https-port)", cfg.BindAddress, cfg.Port, err)
+	}
+	// A client that stops reading cannot hold a connection, and the
+	// requests on it, for ever (WriteProgressTimeout says why).
+	rc.SecureServing.Listener = withWriteProgress(rc.SecureServing.Listener, WriteProgressTimeout)
+
+	// Oversized requests and objects get 413 naming the limit, not the
+	// datastore's 503 (registry.MaxObjectBytes says why these sizes).
+	rc.MaxRequestBodyBytes = registry.MaxRequestBodyBytes
+	etcd := genericoptions.NewEtcdOptions(storagebackend.NewDefaultConfig(etcdPrefix,
+		registry.LimitObjectSize(Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion))))
+	etcd.StorageConfig.Transport = cfg.Storage
+	etcd.StorageConfig.CompactionInterval = cfg.CompactionInterval
+	// The muster.io types have no protobuf encoding.
+	etcd.DefaultStorageMediaType = "application/json"
+	if cfg.Encryption != nil {
+		// Set before ApplyTo, which then wraps every resource's storage
+		// config with its transformer (and loads no file of its own).
+		rc.Config.ResourceTransformers = cfg.Encryption
+	}
+	if err := etcd.ApplyTo(&rc.Config); err != nil {
+		return nil, fmt.Errorf("configuring storage: %w", err)
+	}
+
+	snapshots := watchcache.NewTrimmer(watchcache.Keep)
+	optsGetter := snapshots.RESTOptionsGetter(rc.RESTOptionsGetter)
+	storages, objects, err := registry.All(Scheme, optsGetter, cfg.LastHeard, driverSchemas(cfg.Drivers))
+	if err != nil {
+		return nil, err
+	}
+	return &CompletedConfig{cfg: cfg, rc: rc, snapshots: snapshots, optsGetter: optsGetter, storages: storages, objects: objects}, nil
+}
+
+// Objects is the server's own, in-process access to its objects.
+func (c *CompletedConfig) Objects() *registry.Objects { return c.objects }
+
+// LoopbackConfig is a privileged client config for controllers in this
+// process; it works once the server New builds runs.
+func (c *CompletedConfig) LoopbackConfig() *clientrest.Config { return c.rc.LoopbackClientConfig }
+
+// New assembles the API server from its parts, on the stores Complete
+// built; nothing listens until Run. It is called once.
+func (c *CompletedConfig) New(parts Parts) (*Server, error) {
+	if parts.Tokens == nil || parts.Agents == nil {
+		return nil, fmt.Errorf("the API server needs a token authenticator and an agent authorizer")
+	}
+	cfg, rc := c.cfg, c.rc
 	// An exec, a port-forward or a log lasts as long as the user keeps it:
 	// none may be cut by the request timeout or count against the
 	// in-flight limits. Its tunnel's streams are bounded instead by
@@ -208,14 +282,14 @@ func New(cfg Config) (*Server, error) {
 	// chain's authorizer judges it with the roles (internal/k8sproxy).
 	rc.RequestInfoResolver = k8sproxy.RequestInfoResolver(genericapiserver.NewRequestInfoResolver(&rc.Config))
 	observe := cfg.ObserveCaller
-	gate := &credentialGate{tokens: cfg.Tokens, agents: cfg.Agents, failures: newFailureLimiter(AuthFailureLimit, AuthFailureWindow), hold: credentialHold,
+	gate := &credentialGate{tokens: parts.Tokens, agents: parts.Agents, failures: newFailureLimiter(AuthFailureLimit, AuthFailureWindow), hold: credentialHold,
 		recheck: unknownTokenRecheck, rechecking: make(chan struct{}, maxRechecking)}
-	rc.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
+	rc.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {
 		refuse := func(w http.ResponseWriter, r *http.Request, err error) {
-			responsewriters.ErrorNegotiated(err, c.Serializer, schema.GroupVersion{}, w, r)
+			responsewriters.ErrorNegotiated(err, gc.Serializer, schema.GroupVersion{}, w, r)
 		}
 		gate.refuse = refuse
-		h = withAgentRequests(h, cfg.Agents, refuse)
+		h = withAgentRequests(h, parts.Agents, refuse)
 		if observe != nil {
 			// Wrapped inside the default chain, so it runs after authentication.
 			inner := h
@@ -226,25 +300,13 @@ func New(cfg Config) (*Server, error) {
 				inner.ServeHTTP(w, r)
 			})
 		}
-		front := newAheadOfChain(c)
-		h = withHeartbeats(genericapiserver.DefaultBuildHandlerChain(h, c), front, observe)
+		front := newAheadOfChain(gc)
+		h = withHeartbeats(genericapiserver.DefaultBuildHandlerChain(h, gc), front, observe)
 		if cfg.Tunnels != nil {
-			h = withTunnels(h, cfg.Tunnels, front, cfg.Agents, observe)
+			h = withTunnels(h, cfg.Tunnels, front, parts.Agents, observe)
 		}
 		return gate.wrap(h)
 	}
-
-	serving := genericoptions.NewSecureServingOptions()
-	serving.BindAddress = cfg.BindAddress
-	serving.BindPort = cfg.Port
-	serving.ServerCert.CertKey.CertFile = cfg.ServingCertFile
-	serving.ServerCert.CertKey.KeyFile = cfg.ServingKeyFile
-	if err := serving.WithLoopback().ApplyTo(&rc.SecureServing, &rc.LoopbackClientConfig); err != nil {
-		return nil, fmt.Errorf("serving HTTPS on %s:%d: %w (is another process using the port? choose one with --https-port)", cfg.BindAddress, cfg.Port, err)
-	}
-	// A client that stops reading cannot hold a connection, and the
-	// requests on it, for ever (WriteProgressTimeout says why).
-	rc.SecureServing.Listener = withWriteProgress(rc.SecureServing.Listener, WriteProgressTimeout)
 
 	clientCA, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", cfg.ClientCAFile)
 	if err != nil {
@@ -257,12 +319,12 @@ func New(cfg Config) (*Server, error) {
 	for path := range cfg.PublicHandlers {
 		publicPaths = append(publicPaths, path)
 	}
-	rc.Authentication.Authenticator = newAuthenticator(clientCA, cfg.Tokens, cfg.Sessions, publicPaths, cfg.PrivatePaths)
+	rc.Authentication.Authenticator = newAuthenticator(clientCA, parts.Tokens, cfg.Sessions, publicPaths, cfg.PrivatePaths)
 	peerPaths := make([]string, 0, len(cfg.PeerHandlers))
 	for path := range cfg.PeerHandlers {
 		peerPaths = append(peerPaths, path)
 	}
-	rules := []authorizer.AuthorizerFunc{cfg.Agents.Authorize}
+	rules := []authorizer.AuthorizerFunc{parts.Agents.Authorize}
 	if cfg.Delegation.enabled() {
 		authn, authz, err := cfg.Delegation.apply(rc, rc.Authentication.Authenticator)
 		if err != nil {
@@ -277,24 +339,6 @@ func New(cfg Config) (*Server, error) {
 	genericapiserver.AuthorizeClientBearerToken(rc.LoopbackClientConfig, &rc.Authentication, &rc.Authorization)
 	gate.loopback = rc.LoopbackClientConfig.BearerToken
 
-	// Oversized requests and objects get 413 naming the limit, not the
-	// datastore's 503 (registry.MaxObjectBytes says why these sizes).
-	rc.MaxRequestBodyBytes = registry.MaxRequestBodyBytes
-	etcd := genericoptions.NewEtcdOptions(storagebackend.NewDefaultConfig(etcdPrefix,
-		registry.LimitObjectSize(Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion))))
-	etcd.StorageConfig.Transport = cfg.Storage
-	etcd.StorageConfig.CompactionInterval = cfg.CompactionInterval
-	// The muster.io types have no protobuf encoding.
-	etcd.DefaultStorageMediaType = "application/json"
-	if cfg.Encryption != nil {
-		// Set before ApplyTo, which then wraps every resource's storage
-		// config with its transformer (and loads no file of its own).
-		rc.Config.ResourceTransformers = cfg.Encryption
-	}
-	if err := etcd.ApplyTo(&rc.Config); err != nil {
-		return nil, fmt.Errorf("configuring storage: %w", err)
-	}
-
 	namer := openapinamer.NewDefinitionNamer(externalScheme)
 	rc.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(openapi.GetOpenAPIDefinitions, namer)
 	rc.OpenAPIConfig.Info.Title = "Muster"
@@ -306,15 +350,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("building the API server: %w", err)
 	}
 
-	snapshots := watchcache.NewTrimmer(watchcache.Keep)
-	optsGetter := snapshots.RESTOptionsGetter(rc.RESTOptionsGetter)
-	storages, objects, err := registry.All(Scheme, optsGetter, cfg.LastHeard, driverSchemas(cfg.Drivers))
-	if err != nil {
-		return nil, err
-	}
 	// A plan's secrets leave the API only for callers the authorizer
 	// allows machineplans/secrets (roles.go, agentauthz.go, or the
 	// kube-apiserver's RBAC): everyone else reads them redacted.
+	storages := c.storages
 	if err := registry.GuardSecrets(storages, rc.Authorization.Authorizer); err != nil {
 		return nil, err
 	}
@@ -336,15 +375,15 @@ func New(cfg Config) (*Server, error) {
 	for path, s := range registry.HistoryStorages(getters, cfg.History) {
 		resources[path] = s
 	}
-	if cfg.Registrations != nil {
+	if parts.Registrations != nil {
 		main := resources[registry.ClusterRegistration.Resource].(*registry.REST)
-		resources[registry.ClusterRegistration.Resource] = cfg.Registrations(main, objects)
+		resources[registry.ClusterRegistration.Resource] = parts.Registrations(main)
 	}
 	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = resources
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing the muster.io API: %w", err)
 	}
-	if err := installEvents(generic, optsGetter, cfg.EventTTL); err != nil {
+	if err := installEvents(generic, c.optsGetter, cfg.EventTTL); err != nil {
 		return nil, err
 	}
 
@@ -357,7 +396,7 @@ func New(cfg Config) (*Server, error) {
 		// A cluster's own API, through a control-plane machine's tunnel;
 		// the chain has authorized the user on clusters/proxy already.
 		generic.Handler.NonGoRestfulMux.HandlePrefix(k8sproxy.Prefix, &k8sproxy.Proxy{
-			Source: objects, Hub: cfg.Tunnels.Hub, Forwarding: cfg.Tunnels.Forwarding,
+			Source: c.objects, Hub: cfg.Tunnels.Hub, Forwarding: cfg.Tunnels.Forwarding,
 			Refuse: func(w http.ResponseWriter, r *http.Request, err error) {
 				responsewriters.ErrorNegotiated(err, Codecs, schema.GroupVersion{}, w, r)
 			},
@@ -379,12 +418,12 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	if err := generic.AddPostStartHook("muster-trim-list-snapshots", func(hc genericapiserver.PostStartHookContext) error {
-		go snapshots.Run(hc.Context)
+		go c.snapshots.Run(hc.Context)
 		return nil
 	}); err != nil {
 		return nil, err
 	}
-	return &Server{generic: generic, objects: objects}, nil
+	return &Server{generic: generic}, nil
 }
 
 // driverSchemas keeps a nil registry a nil interface, so that registry.All
@@ -428,9 +467,6 @@ func (s *Server) AddPostStartHook(name string, fn func(ctx context.Context) erro
 func (s *Server) AddPreShutdownHook(name string, fn func() error) error {
 	return s.generic.AddPreShutdownHook(name, fn)
 }
-
-// Objects is the server's own, in-process access to its objects.
-func (s *Server) Objects() *registry.Objects { return s.objects }
 
 // LoopbackConfig is a privileged client config for controllers in this process.
 func (s *Server) LoopbackConfig() *clientrest.Config { return s.generic.LoopbackClientConfig }

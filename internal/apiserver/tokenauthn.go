@@ -5,12 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/muster-io/muster/internal/caller"
 	"github.com/muster-io/muster/internal/jointoken"
@@ -24,31 +23,26 @@ import (
 // which token ids exist. Reading the datastore on a miss, as it once did,
 // made an unknown id 1 ms dearer than a known one.
 type TokenAuthenticator struct {
-	tokens atomic.Pointer[listers.ClusterRegistrationTokenLister]
-	loaded chan struct{}
-	once   sync.Once
+	tokens listers.ClusterRegistrationTokenLister
+	synced cache.DoneChecker
 	now    func() time.Time
 	// absent is compared against when the id is unknown, so that a miss
 	// does the same work as a hit.
 	absent string
 }
 
-// NewTokenAuthenticator returns an authenticator that accepts nothing until SetLister.
-func NewTokenAuthenticator() *TokenAuthenticator {
+// NewTokenAuthenticator returns an authenticator that answers from tokens,
+// an informer's cache, once synced is done (the informer's
+// HasSyncedChecker); until then it judges no token.
+func NewTokenAuthenticator(tokens listers.ClusterRegistrationTokenLister, synced cache.DoneChecker) *TokenAuthenticator {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b)
-	return &TokenAuthenticator{now: time.Now, loaded: make(chan struct{}), absent: jointoken.HashSecret(hex.EncodeToString(b))}
-}
-
-// SetLister gives the authenticator its token cache, once it has synced.
-func (a *TokenAuthenticator) SetLister(l listers.ClusterRegistrationTokenLister) {
-	a.tokens.Store(&l)
-	a.once.Do(func() { close(a.loaded) })
+	return &TokenAuthenticator{tokens: tokens, synced: synced, now: time.Now, absent: jointoken.HashSecret(hex.EncodeToString(b))}
 }
 
 // Loaded is closed once every join token is in the cache; until then no
 // token is judged (the request gate holds such requests or answers 503).
-func (a *TokenAuthenticator) Loaded() <-chan struct{} { return a.loaded }
+func (a *TokenAuthenticator) Loaded() <-chan struct{} { return a.synced.Done() }
 
 // AuthenticateToken implements authenticator.Token. A wrong secret or an
 // unknown id is simply not authenticated (401, nothing revealed). A right
@@ -59,12 +53,11 @@ func (a *TokenAuthenticator) AuthenticateToken(_ context.Context, value string) 
 	if err != nil || tok.CAHash != "" {
 		return nil, false, nil
 	}
-	l := a.tokens.Load()
-	if l == nil {
+	if !cache.IsDone(a.synced) {
 		return nil, false, fmt.Errorf("join tokens are not loaded yet; retry in a few seconds")
 	}
 	hash := a.absent
-	obj, err := (*l).Get(tok.ID)
+	obj, err := a.tokens.Get(tok.ID)
 	if err == nil {
 		hash = obj.Spec.SecretHash
 	}

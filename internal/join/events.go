@@ -5,7 +5,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/muster-io/muster/internal/metrics"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
@@ -15,10 +14,6 @@ import (
 // renewed (so `kubectl describe machine` starts with how it joined), a
 // refusal on the registration, which may never have been stored. The
 // recorder's spam filter bounds what a storm of either writes.
-
-// SetEvents gives the join its recorder, once Storage has run; until then
-// nothing is recorded.
-func (j *Join) SetEvents(r record.EventRecorder) { j.grants.events = r }
 
 func (g *Granter) recordGrant(reg *api.ClusterRegistration, got *grant) {
 	if g.events == nil || got == nil {

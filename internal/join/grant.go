@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -93,43 +92,34 @@ type Granter struct {
 	deniedMu sync.Mutex
 	denied   map[types.UID]time.Time
 
-	// byClient indexes the Machines in this server's informer cache by
-	// clientID, once the cache has synced (SetMachineInformer).
-	byClient atomic.Pointer[cache.Indexer]
+	// machines is this server's Machine informer, indexed by clientID: the
+	// clientID check reads the index instead of listing every Machine per
+	// grant, once the informer has synced. Nil reads the objects.
+	machines cache.SharedIndexInformer
 }
 
 // machinesByClientID indexes Machines by the clientID of the agent that registered them.
 const machinesByClientID = "spec.clientID"
 
-// SetMachineInformer lets the clientID check read an index of the Machine
-// cache instead of listing every Machine per grant. Call it before the
-// informer starts; the index is used once the informer has synced.
-func (g *Granter) SetMachineInformer(ctx context.Context, inf cache.SharedIndexInformer) error {
-	if _, ok := inf.GetIndexer().GetIndexers()[machinesByClientID]; !ok {
-		err := inf.AddIndexers(cache.Indexers{machinesByClientID: func(obj interface{}) ([]string, error) {
-			if m, ok := obj.(*api.Machine); ok && m.Spec.ClientID != "" {
-				return []string{m.Spec.ClientID}, nil
-			}
-			return nil, nil
-		}})
-		if err != nil {
-			return err
-		}
+// indexByClientID adds the clientID index to a Machine informer not yet
+// started, once (informers are shared).
+func indexByClientID(inf cache.SharedIndexInformer) error {
+	if _, ok := inf.GetIndexer().GetIndexers()[machinesByClientID]; ok {
+		return nil
 	}
-	go func() {
-		if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-			idx := inf.GetIndexer()
-			g.byClient.Store(&idx)
+	return inf.AddIndexers(cache.Indexers{machinesByClientID: func(obj interface{}) ([]string, error) {
+		if m, ok := obj.(*api.Machine); ok && m.Spec.ClientID != "" {
+			return []string{m.Spec.ClientID}, nil
 		}
-	}()
-	return nil
+		return nil, nil
+	}})
 }
 
 // machinesOfClient names the Machines registered by the agent with clientID.
 func (g *Granter) machinesOfClient(ctx context.Context, clientID string) ([]string, error) {
 	var names []string
-	if idx := g.byClient.Load(); idx != nil {
-		objs, err := (*idx).ByIndex(machinesByClientID, clientID)
+	if g.machines != nil && g.machines.HasSynced() {
+		objs, err := g.machines.GetIndexer().ByIndex(machinesByClientID, clientID)
 		if err != nil {
 			return nil, err
 		}
@@ -145,9 +135,28 @@ func (g *Granter) machinesOfClient(ctx context.Context, clientID string) ([]stri
 	return names, err
 }
 
-// NewGranter returns a Granter that signs with ca for validity.
-func NewGranter(objects *registry.Objects, ca *pki.CA, validity time.Duration) *Granter {
-	return &Granter{objects: objects, ca: ca, validity: validity, uses: map[string]int{}}
+// GranterConfig is what a Granter is made of.
+type GranterConfig struct {
+	// Objects are read and written by a grant.
+	Objects *registry.Objects
+	// CA signs for Validity.
+	CA       *pki.CA
+	Validity time.Duration
+	// Machines, if set, is the server's Machine informer, not started
+	// yet: the Granter indexes it by clientID.
+	Machines cache.SharedIndexInformer
+	// Events records grants and refusals; nil records nothing.
+	Events record.EventRecorder
+}
+
+// NewGranter returns a Granter, whole.
+func NewGranter(cfg GranterConfig) (*Granter, error) {
+	if cfg.Machines != nil {
+		if err := indexByClientID(cfg.Machines); err != nil {
+			return nil, fmt.Errorf("indexing the Machine cache by clientID (the informer must not have started): %w", err)
+		}
+	}
+	return &Granter{objects: cfg.Objects, ca: cfg.CA, validity: cfg.Validity, uses: map[string]int{}, machines: cfg.Machines, events: cfg.Events}, nil
 }
 
 // grant is what a Grant decided and made.

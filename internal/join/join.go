@@ -15,6 +15,8 @@ import (
 	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/muster-io/muster/internal/pki"
 	"github.com/muster-io/muster/internal/ratelimit"
@@ -46,6 +48,15 @@ type Config struct {
 	// one join token; zero takes the defaults.
 	TokenJoinRate  float64
 	TokenJoinBurst int
+	// Objects are the server's objects, in process, that a grant reads and
+	// writes.
+	Objects *registry.Objects
+	// Machines is the server's Machine informer, not started yet: a grant
+	// checks an agent's clientID against an index of its cache once it has
+	// synced (the datastore before).
+	Machines cache.SharedIndexInformer
+	// Events records grants and refusals; nil records nothing.
+	Events record.EventRecorder
 }
 
 // Join is the join of one server.
@@ -57,8 +68,8 @@ type Join struct {
 	limits *ratelimit.Keyed
 }
 
-// New returns the join; Storage binds it to the registry.
-func New(cfg Config) *Join {
+// New returns the join of the server's objects, whole.
+func New(cfg Config) (*Join, error) {
 	if cfg.TokenJoinRate == 0 {
 		cfg.TokenJoinRate = DefaultTokenJoinRate
 	}
@@ -68,14 +79,16 @@ func New(cfg Config) *Join {
 	if cfg.Validity == 0 {
 		cfg.Validity = DefaultCertificateValidity
 	}
-	return &Join{cfg: cfg, limits: ratelimit.NewKeyed(maxLimiters)}
+	grants, err := NewGranter(GranterConfig{Objects: cfg.Objects, CA: cfg.CA, Validity: cfg.Validity, Machines: cfg.Machines, Events: cfg.Events})
+	if err != nil {
+		return nil, err
+	}
+	return &Join{cfg: cfg, objects: cfg.Objects, grants: grants, limits: ratelimit.NewKeyed(maxLimiters)}, nil
 }
 
-// Storage is the clusterregistrations resource, built on the registry's
-// store of that kind; it binds the join to the server's objects.
-func (j *Join) Storage(main *registry.REST, objects *registry.Objects) rest.Storage {
-	j.objects = objects
-	j.grants = NewGranter(objects, j.cfg.CA, j.cfg.Validity)
+// Storage is the clusterregistrations resource: the join's front door on
+// main, the registry's store of that kind.
+func (j *Join) Storage(main *registry.REST) rest.Storage {
 	return &registrationREST{REST: main, join: j}
 }
 

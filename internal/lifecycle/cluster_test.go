@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/muster-io/muster/internal/liveness"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned/fake"
 	informers "github.com/muster-io/muster/pkg/client/informers/externalversions"
@@ -36,7 +37,7 @@ func TestSyncClusterCountsItsOwnMachines(t *testing.T) {
 	}
 	client := fake.NewSimpleClientset(objs...)
 	factory := informers.NewSharedInformerFactory(client, 0)
-	c := NewController(client, nil, factory, NewTracker(), time.Minute, nil)
+	c := NewController(client, nil, factory, liveness.New(liveness.Options{}), nil, time.Minute, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	factory.Start(ctx.Done())

@@ -1,3 +1,7 @@
+// Package lifecycle drives every Machine through its state machine from what
+// its agent reports (check-in, plan results, heartbeats) and every Cluster
+// from its machines, and finalizes deleted Machines. When an agent was
+// last heard it learns from internal/liveness.
 package lifecycle
 
 import (
@@ -24,6 +28,7 @@ import (
 
 	"github.com/muster-io/muster/internal/fsm"
 	"github.com/muster-io/muster/internal/jointoken"
+	"github.com/muster-io/muster/internal/liveness"
 	"github.com/muster-io/muster/internal/metrics"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 	"github.com/muster-io/muster/pkg/client/clientset/versioned"
@@ -67,12 +72,15 @@ type Controller struct {
 	plans     listers.MachinePlanLister
 	clusters  listers.ClusterLister
 	sets      listers.MachinePlanSetLister
-	tracker   *Tracker
-	silence   time.Duration
-	queue     workqueue.TypedRateLimitingInterface[string]
-	clusterQ  workqueue.TypedRateLimitingInterface[string]
-	synced    []cache.InformerSynced
-	now       func() time.Time
+	tracker   *liveness.Tracker
+	// returns are the machines the tracker hears of afresh, looked at at
+	// once while this controller runs (nil: only at the passes).
+	returns  *Returns
+	silence  time.Duration
+	queue    workqueue.TypedRateLimitingInterface[string]
+	clusterQ workqueue.TypedRateLimitingInterface[string]
+	synced   []cache.InformerSynced
+	now      func() time.Time
 	// events records transitions and plan failures on the Machine.
 	events record.EventRecorder
 	// running: Run is running, for this server's term as the leader. The
@@ -97,9 +105,10 @@ func indexMachinesByCluster(inf cache.SharedIndexInformer) error {
 	}})
 }
 
-// NewController wires the controller to its informers.
-// events may be nil (nothing is recorded).
-func NewController(client versioned.Interface, store Store, factory informers.SharedInformerFactory, tracker *Tracker, silence time.Duration, events record.EventRecorder) *Controller {
+// NewController wires the controller to its informers. returns are the
+// machines tracker hears of afresh (the tracker's OnReturn feeds it);
+// events and returns may be nil.
+func NewController(client versioned.Interface, store Store, factory informers.SharedInformerFactory, tracker *liveness.Tracker, returns *Returns, silence time.Duration, events record.EventRecorder) *Controller {
 	v := factory.Muster().V1alpha1()
 	if events == nil {
 		events = &record.FakeRecorder{}
@@ -107,7 +116,7 @@ func NewController(client versioned.Interface, store Store, factory informers.Sh
 	c := &Controller{
 		client: client, store: store, machines: v.Machines().Lister(), plans: v.MachinePlans().Lister(), clusters: v.Clusters().Lister(),
 		sets:    v.MachinePlanSets().Lister(),
-		tracker: tracker, silence: silence, now: time.Now, events: events,
+		tracker: tracker, returns: returns, silence: silence, now: time.Now, events: events,
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		clusterQ: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		synced:   []cache.InformerSynced{v.Machines().Informer().HasSynced, v.MachinePlans().Informer().HasSynced, v.Clusters().Informer().HasSynced, v.MachinePlanSets().Informer().HasSynced},
@@ -165,7 +174,6 @@ func NewController(client versioned.Interface, store Store, factory informers.Sh
 		AddFunc:    func(o interface{}) { c.clusterQ.Add(o.(*api.Cluster).Name) },
 		UpdateFunc: func(_, o interface{}) { c.clusterQ.Add(o.(*api.Cluster).Name) },
 	})
-	tracker.onReturn = func(name string) { c.queue.Add(name) }
 	return c
 }
 
@@ -175,6 +183,11 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
 	defer c.clusterQ.ShutDown()
+	if c.returns != nil {
+		// Stops before the queue shuts down: a return after the term is
+		// the next term's.
+		defer c.returns.receive(c.queue)()
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return
 	}
@@ -205,7 +218,7 @@ func failed(key string, err error) {
 func (c *Controller) syncMachine(ctx context.Context, name string) error {
 	m, err := c.machines.Get(name)
 	if apierrors.IsNotFound(err) {
-		c.tracker.forget(name)
+		c.tracker.Forget(name)
 		return nil
 	}
 	if err != nil {

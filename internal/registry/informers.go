@@ -17,14 +17,16 @@ import (
 	informers "github.com/muster-io/muster/pkg/client/informers/externalversions"
 )
 
-// ServeInformers makes factory's informers list and watch this server's
-// watch cache in process, instead of through the loopback client: every
-// change of every object the controllers cache would otherwise be encoded
-// as JSON, sent over a TLS connection to this same process and decoded
-// again (4% of the server's CPU in a registration storm). Call it before
-// any informer of factory is asked for; the informers behave exactly as
-// client-go's (same lists, watches, resource versions and bookmarks).
-func (o *Objects) ServeInformers(factory informers.SharedInformerFactory) {
+// NewInformerFactory returns an informer factory whose informers of the
+// kinds o holds list and watch this server's watch cache in process,
+// instead of through client, the loopback client: every change of every
+// object the controllers cache would otherwise be encoded as JSON, sent
+// over a TLS connection to this same process and decoded again (4% of the
+// server's CPU in a registration storm). They behave exactly as client-go's
+// (same lists, watches, resource versions and bookmarks). Informers of the
+// other kinds go through client, once the API serves.
+func NewInformerFactory(o *Objects, client versioned.Interface, options ...informers.SharedInformerOption) informers.SharedInformerFactory {
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, options...)
 	for _, k := range []struct {
 		obj   runtime.Object
 		store *genericregistry.Store
@@ -42,6 +44,7 @@ func (o *Objects) ServeInformers(factory informers.SharedInformerFactory) {
 			return cache.NewSharedIndexInformer(lw, k.obj, resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 		})
 	}
+	return factory
 }
 
 func listWatch(s *genericregistry.Store) *cache.ListWatch {

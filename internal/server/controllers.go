@@ -24,6 +24,7 @@ import (
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/leader"
 	"github.com/muster-io/muster/internal/lifecycle"
+	"github.com/muster-io/muster/internal/liveness"
 	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/internal/pki"
 	"github.com/muster-io/muster/internal/planset"
@@ -47,7 +48,8 @@ const controllerWorkers = 16
 
 // controllers is what runs in the server beside the API: on every server
 // the caches the authenticator and authorizer read and the ServerEndpoint
-// renewal; on the elected leader only, the controllers that write.
+// renewal; on the elected leader only, the controllers that write. It is
+// built whole before the API server; start runs it once the API serves.
 type controllers struct {
 	cfg      Config
 	join     *join.Join
@@ -56,13 +58,18 @@ type controllers struct {
 	address  string
 	peerTLS  *tls.Config
 	tokens   *apiserver.TokenAuthenticator
-	rules    *apiserver.AgentAuthorizer
-	liveness *lifecycle.Tracker
-	events   *events.Recorder
+	liveness *liveness.Tracker
+	// returns carry the machines liveness hears of afresh to the lifecycle
+	// controller of the current term.
+	returns *lifecycle.Returns
+	events  *events.Recorder
 	// drivers are the machine-pool drivers, shared with the API's
 	// admission so that pools are checked against the drivers that run them.
 	drivers *driver.Registry
-	client  versioned.Interface
+	// client is the loopback client, which works once the API serves.
+	client versioned.Interface
+	// factory's informers of the registry's kinds read its stores in
+	// process (registry.NewInformerFactory); it starts with start.
 	factory informers.SharedInformerFactory
 	stop    <-chan struct{}
 
@@ -72,55 +79,37 @@ type controllers struct {
 	elected      chan struct{}
 }
 
-// start runs on the privileged loopback client once the API serves.
-func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
+// controllerClient is the controllers' client on the privileged loopback
+// config.
+func controllerClient(loopback *rest.Config) (versioned.Interface, error) {
 	rc := rest.CopyConfig(loopback)
 	// Controllers answer registration storms; client-side throttling at
 	// client-go's defaults would be the bottleneck, not the server.
 	rc.QPS, rc.Burst = 1000, 2000
-	client, err := versioned.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
-	c.client = client
+	return versioned.NewForConfig(rc)
+}
+
+// start runs once the API serves: it starts the informers, and holds the
+// hook (and /readyz) until the join tokens are in the cache.
+func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 	if err := c.events.Start(ctx, loopback); err != nil {
 		return fmt.Errorf("recording events: %w", err)
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(slimForCache))
-	c.objects.ServeInformers(factory)
-	c.factory = factory
 	c.stop = ctx.Done()
-	v := factory.Muster().V1alpha1()
-	tokenInformer := v.ClusterRegistrationTokens()
-	tokenInformer.Informer()
+	v := c.factory.Muster().V1alpha1()
 	machines, registrations := v.Machines(), v.ClusterRegistrations()
-	if err := c.join.Granter().SetMachineInformer(ctx, machines.Informer()); err != nil {
-		return err
-	}
-	registrations.Informer()
 	endpoints := v.ServerEndpoints()
 	endpoints.Informer()
-	c.rules.SetClient(client)
-	// Every server ends the requests of a voided machine certificate.
-	if err := c.rules.VoidOnMachineChange(machines.Informer()); err != nil {
-		return err
-	}
-	factory.Start(ctx.Done())
+	c.factory.Start(ctx.Done())
 	// The hook returns (and /readyz turns ready) only once every join token
 	// is in the cache, so a valid token is never refused during start-up.
-	if !cache.WaitForCacheSync(ctx.Done(), tokenInformer.Informer().HasSynced) {
-		if ctx.Err() != nil {
-			return nil // stopped while starting: nothing failed
-		}
-		return fmt.Errorf("join tokens could not be loaded from the datastore")
+	select {
+	case <-c.tokens.Loaded():
+	case <-ctx.Done():
+		return nil // stopped while starting: nothing failed
 	}
-	c.tokens.SetLister(tokenInformer.Lister())
-	// Machines' requests wait in the request gate until these caches fill
-	// (a restarted server would otherwise send a fleet's reads to the
-	// datastore); a join token's reads go through to it meanwhile.
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), machines.Informer().HasSynced, registrations.Informer().HasSynced) {
-			c.rules.SetListers(machines.Lister(), registrations.Lister())
 			metrics.SetMachines(machines.Lister())
 		}
 	}()
@@ -133,14 +122,14 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 	// machines` shows it as LAST-SEEN. With n servers that is n-1 reports
 	// fetched per server per PeerPollInterval (about 40 bytes a machine
 	// heard in the last 10 minutes); a new leader starts with them too.
-	go lifecycle.PollPeers(ctx, c.liveness, endpoints.Lister(), c.self, c.peerTLS)
-	go serverendpoint.Publish(ctx, client.MusterV1alpha1(), c.self, c.address)
+	go liveness.PollPeers(ctx, c.liveness, endpoints.Lister(), c.self, c.peerTLS)
+	go serverendpoint.Publish(ctx, c.client.MusterV1alpha1(), c.self, c.address)
 	electionCtx, stopElection := context.WithCancel(ctx)
 	c.stopElection, c.elected = stopElection, make(chan struct{})
 	go func() {
 		defer close(c.elected)
 		err := leader.Run(electionCtx, leader.Config{
-			Client: client, Lease: controllerLease, Identity: c.self, Run: c.lead,
+			Client: c.client, Lease: controllerLease, Identity: c.self, Run: c.lead,
 			OnNewLeader: func(holder string) {
 				klog.InfoS("Controller leader", "leader", holder, "self", holder == c.self)
 			},
@@ -160,7 +149,7 @@ func (c *controllers) lead(term context.Context) {
 	factory := c.factory
 	granter := c.join.NewController(factory)
 	housekeeper := c.join.NewHousekeeper(c.client, factory)
-	machines := lifecycle.NewController(c.client, c.objects, factory, c.liveness, c.cfg.AgentSilenceThreshold, c.events)
+	machines := lifecycle.NewController(c.client, c.objects, factory, c.liveness, c.returns, c.cfg.AgentSilenceThreshold, c.events)
 	pools := pool.NewController(c.client, factory, c.drivers, c.events, "https://"+c.address)
 	planSets := planset.NewController(c.client, factory)
 	endpoints := factory.Muster().V1alpha1().ServerEndpoints()
@@ -183,7 +172,7 @@ func (c *controllers) lead(term context.Context) {
 // once instead of after the lease duration) and deletes this server's
 // endpoint, so agents stop choosing it.
 func (c *controllers) stepDown() error {
-	if c.client == nil || c.stopElection == nil { // stopped before the election began
+	if c.stopElection == nil { // stopped before the election began
 		return nil
 	}
 	c.stopElection()

@@ -28,6 +28,7 @@ import (
 	"github.com/muster-io/muster/internal/install"
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/lifecycle"
+	"github.com/muster-io/muster/internal/liveness"
 	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/internal/registry"
 	"github.com/muster-io/muster/internal/snapshot"
@@ -36,6 +37,7 @@ import (
 	"github.com/muster-io/muster/internal/tunnel"
 	"github.com/muster-io/muster/internal/tunnel/serve"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	informers "github.com/muster-io/muster/pkg/client/informers/externalversions"
 )
 
 // Config is muster-server's configuration, one field per flag.
@@ -292,25 +294,25 @@ func run(ctx context.Context, cfg Config) error {
 	public := install.New(install.Config{AgentBinary: cfg.AgentBinary, AgentBinariesDir: cfg.AgentBinariesDir, Caller: apiserver.CallerName}).Paths()
 	public[console.Prefix] = webConsole
 
-	joins := join.New(join.Config{CA: state.CA, Validity: cfg.AgentCertificateValidity, TokenJoinRate: cfg.JoinRate, TokenJoinBurst: cfg.JoinBurst})
 	recorder := events.NewRecorder(self)
 	stopSnapshots, err := startSnapshots(ctx, cfg, ds, newOffsite(cfg, offsite, recorder, self))
 	if err != nil {
 		return err
 	}
 	defer stopSnapshots()
-	tokens := apiserver.NewTokenAuthenticator()
-	liveness := lifecycle.NewTracker()
-	metrics.Register()
-	metrics.SetConnectedAgents(func() int { return liveness.Connected(metrics.ConnectedWindow) })
-	registrationRules := apiserver.NewAgentAuthorizer()
 	// Each server reports the tunnels it holds with its liveness report,
 	// and forwards a request for a machine whose tunnel another holds.
 	hub := tunnel.NewHub()
-	liveness.ReportTunnels(hub.Opened)
+	// A machine heard afresh is looked at by the lifecycle controller at
+	// once: returns is made first, for the tracker to notify and each
+	// term's controller to receive.
+	returns := lifecycle.NewReturns()
+	tracker := liveness.New(liveness.Options{OnReturn: returns.Notify, ReportTunnels: hub.Opened})
+	metrics.Register()
+	metrics.SetConnectedAgents(func() int { return tracker.Connected(metrics.ConnectedWindow) })
 	metrics.SetTunnels(hub.Len)
-	tunnels := &serve.Server{Hub: hub, Events: recorder, LastSeen: liveness.LastSeen, Forwarding: &serve.Forwarding{
-		Self: self, Locate: liveness.TunnelHolder, Transport: &http.Transport{TLSClientConfig: peerTLS, ForceAttemptHTTP2: true},
+	tunnels := &serve.Server{Hub: hub, Events: recorder, LastSeen: tracker.LastSeen, Forwarding: &serve.Forwarding{
+		Self: self, Locate: tracker.TunnelHolder, Transport: &http.Transport{TLSClientConfig: peerTLS, ForceAttemptHTTP2: true},
 	}}
 	drivers := driver.NewRegistry(cfg.DriversDir, map[string]driver.Driver{
 		"ssh": &driver.SSH{KeyDir: layout.SSHDriverKeys, Script: install.Script},
@@ -318,7 +320,11 @@ func run(ctx context.Context, cfg Config) error {
 	if err := offerProcessDriver(drivers, cfg); err != nil {
 		return err
 	}
-	api, err := apiserver.New(apiserver.Config{
+	// The wiring runs one way: the registry's stores first, then what is
+	// built on them (the informers served from them in process, the join,
+	// the token authenticator and the agent authorizer), each whole, and
+	// the API server last, from them.
+	completed, err := apiserver.Config{
 		BindAddress:                 bind,
 		Port:                        cfg.HTTPSPort,
 		ServingCertFile:             state.Files.ServingCert,
@@ -328,32 +334,59 @@ func run(ctx context.Context, cfg Config) error {
 		Storage:                     ds.Transport(),
 		CompactionInterval:          ds.CompactionInterval(),
 		Encryption:                  encrypt.ResourceTransformers(),
-		Tokens:                      tokens,
-		Agents:                      registrationRules,
-		ObserveCaller:               liveness.Observe,
+		ObserveCaller:               tracker.Observe,
 		MaxRequestsInFlight:         cfg.MaxRequestsInFlight,
 		MaxMutatingRequestsInFlight: cfg.MaxMutatingRequestsInFlight,
-		PeerHandlers:                map[string]http.Handler{lifecycle.ReportPath: liveness},
+		PeerHandlers:                map[string]http.Handler{liveness.ReportPath: tracker},
 		Delegation:                  &apiserver.Delegation{AuthenticationKubeconfig: cfg.AuthenticationKubeconfig, AuthorizationKubeconfig: cfg.AuthorizationKubeconfig},
 		PublicHandlers:              public,
 		SelfPaced:                   install.IsDownload,
 		PublicWritePaths:            []string{console.SessionPath},
 		PrivatePaths:                console.PrivatePaths,
 		Sessions:                    webConsole.Sessions,
-		Registrations:               joins.Storage,
 		EventTTL:                    cfg.EventTTL,
-		LastHeard:                   liveness.LastSeen,
+		LastHeard:                   tracker.LastSeen,
 		Drivers:                     drivers,
 		Tunnels:                     tunnels,
 		History:                     historyReader(ds),
+	}.Complete()
+	if err != nil {
+		return err
+	}
+	objects := completed.Objects()
+	client, err := controllerClient(completed.LoopbackConfig())
+	if err != nil {
+		return err
+	}
+	// Started once the API serves (the controllers' post-start hook).
+	factory := registry.NewInformerFactory(objects, client, informers.WithTransform(slimForCache))
+	v := factory.Muster().V1alpha1()
+	tokenCache, machines, registrations := v.ClusterRegistrationTokens(), v.Machines().Informer(), v.ClusterRegistrations().Informer()
+	joins, err := join.New(join.Config{
+		CA: state.CA, Validity: cfg.AgentCertificateValidity, TokenJoinRate: cfg.JoinRate, TokenJoinBurst: cfg.JoinBurst,
+		Objects: objects, Machines: machines, Events: recorder,
 	})
 	if err != nil {
 		return err
 	}
-	joins.SetEvents(recorder) // the join's Granter exists once the API is built
+	// Until the token cache has synced no join token is judged; the
+	// controllers' hook holds /readyz until then.
+	tokens := apiserver.NewTokenAuthenticator(tokenCache.Lister(), tokenCache.Informer().HasSyncedChecker())
+	// Machines' requests wait in the request gate until the authorizer's
+	// caches fill (a restarted server would otherwise send a fleet's reads
+	// to the datastore); what they miss is read from the stores.
+	registrationRules, err := apiserver.NewAgentAuthorizer(apiserver.AgentAuthorizerConfig{Live: objects, Machines: machines, Registrations: registrations})
+	if err != nil {
+		return err
+	}
+	api, err := completed.New(apiserver.Parts{Tokens: tokens, Agents: registrationRules, Registrations: joins.Storage})
+	if err != nil {
+		return err
+	}
 	ctl := &controllers{
-		cfg: cfg, join: joins, objects: api.Objects(), self: self, address: advertised, peerTLS: peerTLS,
-		tokens: tokens, rules: registrationRules, liveness: liveness, events: recorder, drivers: drivers,
+		cfg: cfg, join: joins, objects: objects, self: self, address: advertised, peerTLS: peerTLS,
+		tokens: tokens, liveness: tracker, returns: returns, events: recorder, drivers: drivers,
+		client: client, factory: factory,
 	}
 	if err := api.AddPostStartHook("muster-controllers", func(ctx context.Context) error {
 		return ctl.start(ctx, api.LoopbackConfig())

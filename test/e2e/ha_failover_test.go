@@ -10,7 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/muster-io/muster/internal/lifecycle"
+	"github.com/muster-io/muster/internal/liveness"
 	"github.com/muster-io/muster/internal/testenv/etcdtest"
 	"github.com/muster-io/muster/internal/testenv/pgtest"
 	clientset "github.com/muster-io/muster/pkg/client/clientset/versioned"
@@ -18,11 +18,11 @@ import (
 
 // heardBy returns, for server s, how long ago it heard each agent.
 func heardBy(c clientset.Interface) (map[string]time.Duration, error) {
-	raw, err := c.MusterV1alpha1().RESTClient().Get().AbsPath(lifecycle.ReportPath).DoRaw(context.Background())
+	raw, err := c.MusterV1alpha1().RESTClient().Get().AbsPath(liveness.ReportPath).DoRaw(context.Background())
 	if err != nil {
 		return nil, err
 	}
-	var r lifecycle.Report
+	var r liveness.Report
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return nil, err
 	}

@@ -53,7 +53,10 @@ func startKubeAPIServer(t *testing.T, peer string, extra ...string) (*kubeAPISer
 	dir := t.TempDir()
 	kinePort := freePort(t)
 	kine := exec.Command(filepath.Join(peer, "kine"), "--endpoint",
-		"sqlite://"+dir+"/state.db?_journal=WAL&cache=shared&_busy_timeout=30000&_txlock=immediate", "--listen-address", fmt.Sprintf("127.0.0.1:%d", kinePort))
+		"sqlite://"+dir+"/state.db?_journal=WAL&cache=shared&_busy_timeout=30000&_txlock=immediate", "--listen-address", fmt.Sprintf("127.0.0.1:%d", kinePort),
+		// Its metrics would take :8080, which tests running beside it (and
+		// anything else on the host) may hold.
+		"--metrics-bind-address", "0")
 	kineLog := &syncBuffer{}
 	kine.Stdout, kine.Stderr = kineLog, kineLog
 	if err := kine.Start(); err != nil {

@@ -1,4 +1,4 @@
-package lifecycle
+package liveness
 
 import (
 	"testing"
@@ -101,8 +101,7 @@ func TestTrackerLiveness(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := &clock{t: t0}
-			tr := NewTracker()
-			tr.now = c.now
+			tr := New(Options{Now: c.now})
 			tt.steps(tr, c)
 			if got := tr.Live(tt.machine, silence); got != tt.wantLive {
 				t.Errorf("Live = %v, want %v", got, tt.wantLive)
@@ -125,8 +124,7 @@ func TestTrackerLiveness(t *testing.T) {
 // machines it had not heard of, so it looks at them at once.
 func TestTrackerReportRoundTrip(t *testing.T) {
 	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	peer := NewTracker()
-	peer.now = c.now
+	peer := New(Options{Now: c.now})
 	peer.Observe(machineUser("a"))
 	c.t = c.t.Add(3 * time.Second)
 	peer.Observe(machineUser("b"))
@@ -139,10 +137,8 @@ func TestTrackerReportRoundTrip(t *testing.T) {
 
 	c.t = c.t.Add(-reportWindow)
 	r = Report{AgesMillis: map[string]int64{"a": 3000, "b": 0}}
-	leader := NewTracker()
-	leader.now = c.now
 	var told []string
-	leader.onReturn = func(m string) { told = append(told, m) }
+	leader := New(Options{Now: c.now, OnReturn: func(m string) { told = append(told, m) }})
 	leader.Observe(machineUser("a"))
 	leader.Merge(r)
 	if len(told) != 2 || told[0] != "a" || told[1] != "b" {
@@ -160,16 +156,11 @@ func TestTrackerReportRoundTrip(t *testing.T) {
 // listing a machine (its agent moved), the newer tunnel wins.
 func TestTrackerTunnelHolder(t *testing.T) {
 	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	peer := NewTracker()
-	peer.now = c.now
-	peer.ReportTunnels(func() map[string]time.Time {
+	peer := New(Options{Now: c.now, ReportTunnels: func() map[string]time.Time {
 		return map[string]time.Time{"m1": c.t.Add(-time.Minute), "moved": c.t.Add(-time.Hour)}
-	})
-	other := NewTracker()
-	other.now = c.now
-	other.ReportTunnels(func() map[string]time.Time { return map[string]time.Time{"moved": c.t.Add(-time.Second)} })
-	self := NewTracker()
-	self.now = c.now
+	}})
+	other := New(Options{Now: c.now, ReportTunnels: func() map[string]time.Time { return map[string]time.Time{"moved": c.t.Add(-time.Second)} }})
+	self := New(Options{Now: c.now})
 	self.mergeTunnels("10.0.0.2:9443", peer.Report().TunnelAgesMillis)
 	self.mergeTunnels("10.0.0.3:9443", other.Report().TunnelAgesMillis)
 	if _, opened, _ := self.TunnelHolder("moved"); !opened.Equal(c.t.Add(-time.Second)) {

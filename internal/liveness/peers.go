@@ -1,4 +1,4 @@
-package lifecycle
+package liveness
 
 import (
 	"context"

@@ -1,7 +1,10 @@
-// Package lifecycle drives every Machine through its state machine from what
-// its agent reports (check-in, plan results, heartbeats) and every Cluster
-// from its machines, and finalizes deleted Machines.
-package lifecycle
+// Package liveness is what a server knows of its agents' liveness, in
+// memory: when each machine's agent was last heard, by this server (every
+// authenticated request) or by the others (their reports, fetched by
+// PollPeers), and which server holds each machine's tunnel. The lifecycle
+// controller (internal/lifecycle) judges silence from it; nothing here
+// writes to the datastore.
+package liveness
 
 import (
 	"encoding/json"
@@ -35,18 +38,25 @@ type Tracker struct {
 	peerTunnels map[string]peerTunnels
 }
 
+// Options are what a Tracker is told when it is made; none is required.
+type Options struct {
+	// OnReturn, if set, is told of a machine heard, here or in another
+	// server's report, that the tracker knew nothing of: one that has just
+	// joined, or come back after the tracker forgot it, or that the server
+	// has not heard since it started. It is called for a request, so it
+	// must not block.
+	OnReturn func(machine string)
+	// ReportTunnels, if set, are the tunnels this server holds (machine →
+	// when it opened; internal/tunnel's Hub.Opened): its report lists them,
+	// so that the other servers forward requests for those machines here.
+	ReportTunnels func() map[string]time.Time
+	// Now is the clock; nil for time.Now.
+	Now func() time.Time
+}
+
 type peerTunnels struct {
 	opened map[string]time.Time // machine → when its tunnel opened, on this clock
 	at     time.Time            // when the report came
-}
-
-// ReportTunnels makes this server's report list the tunnels it holds
-// (internal/tunnel), so that the other servers forward requests for those
-// machines here.
-func (t *Tracker) ReportTunnels(held func() map[string]time.Time) {
-	t.mu.Lock()
-	t.tunnels = held
-	t.mu.Unlock()
 }
 
 // tunnelFreshness is how old a peer's report may be for its tunnels to be
@@ -86,9 +96,13 @@ func (t *Tracker) mergeTunnels(address string, agesMillis map[string]int64) {
 	t.peerTunnels[address] = peerTunnels{opened: opened, at: now}
 }
 
-// NewTracker returns an empty tracker.
-func NewTracker() *Tracker {
-	return &Tracker{seen: map[string]time.Time{}, remote: map[string]time.Time{}, now: time.Now}
+// New returns a tracker that has heard nothing yet.
+func New(opts Options) *Tracker {
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Tracker{seen: map[string]time.Time{}, remote: map[string]time.Time{}, now: now, onReturn: opts.OnReturn, tunnels: opts.ReportTunnels}
 }
 
 // Observe records a request by u, if u is a machine. It is called for every
@@ -172,7 +186,9 @@ func latest(a, b time.Time) time.Time {
 	return b
 }
 
-func (t *Tracker) forget(machine string) {
+// Forget drops what the tracker heard of a machine that is gone, so that a
+// machine of its name joining later is one it knows nothing of (OnReturn).
+func (t *Tracker) Forget(machine string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.seen, machine)
