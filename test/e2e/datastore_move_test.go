@@ -164,6 +164,7 @@ func newHistoryRecorded(t *testing.T, s *server) {
 // its id, including the transitions the objects' status.transitions had
 // dropped. A server on the restored datastore then records new ones.
 func TestDatastoreMoveHistorySnapshotRestore(t *testing.T) {
+	t.Parallel()
 	s, machines := historyFleet(t)
 	wantRows := historyRows(t, s)
 	wantOut := historyOutputs(t, s, machines)
@@ -208,6 +209,7 @@ func TestDatastoreMoveHistorySnapshotRestore(t *testing.T) {
 // the same rows; the server on PostgreSQL records new transitions after
 // them. (MUSTER_MOVE_OBJECTS=10000 for the 10,000 objects.)
 func TestDatastoreMoveHistoryMigrate(t *testing.T) {
+	t.Parallel()
 	s, machines := historyFleet(t)
 	wantRows := historyRows(t, s)
 	wantOut := historyOutputs(t, s, machines)
@@ -231,6 +233,7 @@ func TestDatastoreMoveHistoryMigrate(t *testing.T) {
 // with a flipped byte, a restore into another deployment's data dir, and
 // a restore into a datastore that is not empty.
 func TestDatastoreMoveBadInputs(t *testing.T) {
+	t.Parallel()
 	a, _ := fleet(t, 20, 0)
 	file := filepath.Join(t.TempDir(), "a.snapshot")
 	// Taken online, through the running server.

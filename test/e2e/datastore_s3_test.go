@@ -115,6 +115,7 @@ var scheduledKey = regexp.MustCompile(`^site-a/muster-\d{8}T\d{6}\.\d{3}Z\.snaps
 // The store speaks HTTPS with a certificate of a private CA
 // (--snapshot-s3-cafile), as an operator's would.
 func TestDatastoreS3Snapshots(t *testing.T) {
+	t.Parallel()
 	srv := s3test.StartTLS(t)
 	srv.MakeBucket(t, "muster-backups")
 	creds := srv.CredentialsFile(t, "")
@@ -220,6 +221,7 @@ func TestDatastoreS3Snapshots(t *testing.T) {
 // no object appears; `datastore snapshot` and `datastore restore` say
 // what is wrong and leave the bucket and the target data dir as they were.
 func TestDatastoreS3BadInputs(t *testing.T) {
+	t.Parallel()
 	srv := s3test.Start(t)
 	srv.MakeBucket(t, "muster-backups")
 	const wrongSecret = "wrong-secret-must-not-leak-0123456789"
@@ -286,6 +288,7 @@ func TestDatastoreS3BadInputs(t *testing.T) {
 // configuration refuses to start, saying what to fix, before it generates
 // anything; none of these needs the store to be reached.
 func TestDatastoreS3ServerConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	open := filepath.Join(dir, "credentials-open")
 	if err := os.WriteFile(open, []byte("[default]\naws_access_key_id = a\naws_secret_access_key = b\n"), 0o644); err != nil {

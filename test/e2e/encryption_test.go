@@ -103,6 +103,7 @@ func allUnder(t *testing.T, s *server, key string, want int) {
 // all, or a file others may read refuses to start and says why and what
 // to do, and no log holds a key or the secret.
 func TestEncryptionAtRest(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, endpoint string) {
 		b := make([]byte, 8)
 		if _, err := rand.Read(b); err != nil {

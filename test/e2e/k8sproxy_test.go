@@ -174,6 +174,7 @@ func get(t testing.TB, hc *http.Client, url string, headers map[string]string) (
 // own impersonation headers are not honoured. The proxied and direct
 // latencies of /readyz are logged.
 func TestClusterAPIProxy(t *testing.T) {
+	t.Parallel()
 	d := startDownstream(t)
 	s := startServer(t, "")
 
@@ -418,6 +419,7 @@ func TestClusterAPIProxy(t *testing.T) {
 // reads, writes, the impersonated name and an upgraded request (over
 // HTTP/1.1 between the servers) all work through either.
 func TestClusterAPIProxyHA(t *testing.T) {
+	t.Parallel()
 	d := startDownstream(t)
 	d.grantMusterRoles(t)
 	servers := startHA(t, pgtest.DSN(t), 2)

@@ -33,6 +33,7 @@ const restoreRounds = 20
 // agent registers again; the one that joined after the snapshot stops with
 // a message that says how to join again, and does so with its token.
 func TestRestoreOlderThanFleet(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) { testRestoreOlderThanFleet(t, b) })
 	}
