@@ -15,6 +15,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -24,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muster-io/muster/internal/testenv/proc"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -37,8 +39,7 @@ type Etcd struct {
 	// Dir holds the files above, etcd's data and its log (etcd.log).
 	Dir string
 
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *proc.Proc
 }
 
 // Binary is the etcd to run: $MUSTER_TEST_ETCD, else etcd on PATH, else
@@ -84,11 +85,7 @@ func Start(t testing.TB) *Etcd {
 	clientPort, peerPort := freePort(t), freePort(t)
 	e.Endpoint = fmt.Sprintf("https://127.0.0.1:%d", clientPort)
 	peer := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
-	logf, err := os.Create(filepath.Join(dir, "etcd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.cmd = exec.Command(bin,
+	cmd := exec.Command(bin,
 		"--name", "default",
 		"--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", e.Endpoint,
@@ -102,14 +99,7 @@ func Start(t testing.TB) *Etcd {
 		"--client-cert-auth",
 		"--logger", "zap", "--log-outputs", "stderr",
 	)
-	e.cmd.Stdout, e.cmd.Stderr = logf, logf
-	if err := e.cmd.Start(); err != nil {
-		logf.Close()
-		t.Fatalf("starting %s: %v", bin, err)
-	}
-	e.done = make(chan struct{})
-	go func() { _ = e.cmd.Wait(); logf.Close(); close(e.done) }()
-	t.Cleanup(e.Stop)
+	e.proc = proc.Start(t, cmd, filepath.Join(dir, "etcd.log"))
 	if err := e.waitReady(30 * time.Second); err != nil {
 		t.Fatalf("etcd at %s did not become ready: %v\n%s", e.Endpoint, err, e.Log())
 	}
@@ -117,18 +107,10 @@ func Start(t testing.TB) *Etcd {
 }
 
 // Stop ends etcd and waits for it.
-func (e *Etcd) Stop() {
-	if e.cmd.Process != nil {
-		_ = e.cmd.Process.Kill()
-	}
-	<-e.done
-}
+func (e *Etcd) Stop() { e.proc.Stop() }
 
 // Log is what etcd wrote so far, for failure messages.
-func (e *Etcd) Log() string {
-	b, _ := os.ReadFile(filepath.Join(e.Dir, "etcd.log"))
-	return string(b)
-}
+func (e *Etcd) Log() string { return e.proc.Log() }
 
 // Client is an etcd client with the accepted client certificate.
 func (e *Etcd) Client(t testing.TB) *clientv3.Client {
@@ -191,8 +173,8 @@ func (e *Etcd) waitReady(within time.Duration) error {
 			return nil
 		}
 		select {
-		case <-e.done:
-			return fmt.Errorf("etcd exited: %v", e.cmd.ProcessState)
+		case <-e.proc.Done():
+			return errors.New("etcd exited (its log says why)")
 		default:
 		}
 		if time.Now().After(deadline) {

@@ -17,6 +17,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/muster-io/muster/internal/testenv/proc"
 )
 
 // Server is a running versitygw.
@@ -47,8 +49,7 @@ type Server struct {
 	// 127.0.0.1); empty for a plain-HTTP server.
 	CAFile string
 
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *proc.Proc
 }
 
 // Binary is the versitygw to run: $MUSTER_TEST_VERSITYGW, else the one
@@ -121,22 +122,11 @@ func start(t testing.TB, withTLS bool) *Server {
 		writeCerts(t, s.CAFile, cert, key)
 		args = append(args, "--cert", cert, "--key", key)
 	}
-	logf, err := os.Create(filepath.Join(dir, "versitygw.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.cmd = exec.Command(bin, append(args, "posix", data)...)
+	cmd := exec.Command(bin, append(args, "posix", data)...)
 	// The root account from the environment, not argv, as the server's
 	// own flags allow: the secret stays out of ps.
-	s.cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.AccessKey, "ROOT_SECRET_KEY="+s.Secret)
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	if err := s.cmd.Start(); err != nil {
-		logf.Close()
-		t.Fatalf("starting %s: %v", bin, err)
-	}
-	s.done = make(chan struct{})
-	go func() { _ = s.cmd.Wait(); logf.Close(); close(s.done) }()
-	t.Cleanup(s.Stop)
+	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.AccessKey, "ROOT_SECRET_KEY="+s.Secret)
+	s.proc = proc.Start(t, cmd, filepath.Join(dir, "versitygw.log"))
 	if err := s.waitReady(30 * time.Second); err != nil {
 		t.Fatalf("versitygw at %s did not answer: %v\n%s", s.Endpoint, err, s.Log())
 	}
@@ -144,18 +134,10 @@ func start(t testing.TB, withTLS bool) *Server {
 }
 
 // Stop ends the server and waits for it.
-func (s *Server) Stop() {
-	if s.cmd.Process != nil {
-		_ = s.cmd.Process.Kill()
-	}
-	<-s.done
-}
+func (s *Server) Stop() { s.proc.Stop() }
 
 // Log is what the server wrote so far, for failure messages.
-func (s *Server) Log() string {
-	b, _ := os.ReadFile(filepath.Join(s.Dir, "versitygw.log"))
-	return string(b)
-}
+func (s *Server) Log() string { return s.proc.Log() }
 
 // Client is an S3 client with the server's account, for a test to look
 // at the bucket with.
@@ -238,8 +220,8 @@ func (s *Server) waitReady(within time.Duration) error {
 			return nil
 		}
 		select {
-		case <-s.done:
-			return fmt.Errorf("versitygw exited: %v", s.cmd.ProcessState)
+		case <-s.proc.Done():
+			return errors.New("versitygw exited (its log says why)")
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
