@@ -240,38 +240,14 @@ func (c *Client) serveStream(ctx context.Context, s *yamux.Stream) {
 			refuse("port %d is not published by this agent: it forwards only to the loopback ports given with %s (%s)", req.Port, c.Policy.portsFlag(), allowed(c.Policy.AllowPorts))
 			return
 		}
-		var d net.Dialer
-		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		conn, err := d.DialContext(dctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(req.Port)))
-		cancel()
-		if err != nil {
-			refuse("nothing answers on 127.0.0.1:%d on this machine (%v): start the service, or forward another port", req.Port, err)
-			return
-		}
-		defer conn.Close()
-		if err := writeHeader(s, Reply{}); err != nil {
-			return
-		}
-		pipe(s, conn.(*net.TCPConn))
+		forwardLoopback(ctx, s, req.Port, refuse, "nothing answers on 127.0.0.1:%d on this machine (%v): start the service, or forward another port")
 	case KindKubeAPI:
 		if c.Policy.KubeAPIPort == 0 || req.Port != c.Policy.KubeAPIPort {
 			refuse("the server asked for the cluster's API on port %d, but this agent reaches the kube-apiserver only on the port given with --kube-apiserver-port (%s): "+
 				"make the Cluster's spec.kubernetesAPI.port and the agent's flag agree", req.Port, kubeAPIPort(c.Policy.KubeAPIPort))
 			return
 		}
-		var d net.Dialer
-		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		conn, err := d.DialContext(dctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(req.Port)))
-		cancel()
-		if err != nil {
-			refuse("the kube-apiserver does not answer on 127.0.0.1:%d on this machine (%v): is it running?", req.Port, err)
-			return
-		}
-		defer conn.Close()
-		if err := writeHeader(s, Reply{}); err != nil {
-			return
-		}
-		pipe(s, conn.(*net.TCPConn))
+		forwardLoopback(ctx, s, req.Port, refuse, "the kube-apiserver does not answer on 127.0.0.1:%d on this machine (%v): is it running?")
 	case KindLog:
 		if c.Policy.Log == nil {
 			refuse("this agent keeps no log to serve")
@@ -375,4 +351,23 @@ func (w *frameWriter) Write(p []byte) (int, error) {
 		p = p[len(chunk):]
 	}
 	return n, nil
+}
+
+// forwardLoopback joins stream s to 127.0.0.1:port on this machine, or
+// refuses it with unreachable (given the port and the dial's error) when
+// nothing answers there.
+func forwardLoopback(ctx context.Context, s *yamux.Stream, port int, refuse func(string, ...any), unreachable string) {
+	var d net.Dialer
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	conn, err := d.DialContext(dctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	cancel()
+	if err != nil {
+		refuse(unreachable, port, err)
+		return
+	}
+	defer conn.Close()
+	if err := writeHeader(s, Reply{}); err != nil {
+		return
+	}
+	pipe(s, conn.(*net.TCPConn))
 }
