@@ -49,7 +49,10 @@ func (p Process) machineDir(name string) (string, error) {
 
 // Schema: the process driver takes no config.
 func (Process) Schema(context.Context) (Schema, error) {
-	return Schema{Description: "each machine is a muster-agent process on the server's own host, with its own data dir", Fields: []Field{}}, nil
+	return Schema{Description: "each machine is a muster-agent process on the server's own host, with its own data dir", Fields: []Field{
+		{Name: ConfigNetworkNamespace, Type: FieldBoolean, Default: "false", Description: "run each machine in a network namespace of its own, with its own address (needs a server running as root with ip(8), advertising a non-loopback address)"},
+		{Name: ConfigNetworkCIDR, Type: FieldString, Default: DefaultNetworkCIDR, Description: "with networkNamespace: the IPv4 range the machines' addresses come from; its first address is the host's bridge"},
+	}}, nil
 }
 
 // Create starts the agent of req.Name, unless it already runs.
@@ -58,11 +61,35 @@ func (p Process) Create(_ context.Context, req CreateRequest) (State, error) {
 	if err != nil {
 		return nil, err
 	}
-	if pid, ok := p.running(dir); ok {
-		return State{"pid": strconv.Itoa(pid), "dir": dir}, nil
+	cidr, err := networkConfig(req.Config)
+	if err != nil {
+		return nil, err
+	}
+	if cidr != nil {
+		if err := checkReachable(req.Bootstrap.ServerURL); err != nil {
+			return nil, err
+		}
+	}
+	state := func(pid int, n *machineNetwork) State {
+		s := State{"pid": strconv.Itoa(pid), "dir": dir}
+		if n != nil {
+			s["netns"], s["address"] = n.Namespace, n.Address
+		}
+		return s
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("making %s: %w", dir, err)
+	}
+	var network *machineNetwork
+	if cidr != nil {
+		n, err := p.ensureNetwork(req.Name, dir, *cidr)
+		if err != nil {
+			return nil, err
+		}
+		network = &n
+	}
+	if pid, ok := p.running(dir); ok {
+		return state(pid, network), nil
 	}
 	if p.User != nil {
 		// The agent writes its data dir; the pid file and log stay the
@@ -79,8 +106,21 @@ func (p Process) Create(_ context.Context, req CreateRequest) (State, error) {
 		return nil, err
 	}
 	defer log.Close()
-	cmd := exec.Command(p.AgentBinary, "--server", req.Bootstrap.ServerURL, "--data-dir", filepath.Join(dir, "agent"),
-		"--node-name", req.Name)
+	agentArgs := []string{p.AgentBinary, "--server", req.Bootstrap.ServerURL, "--data-dir", filepath.Join(dir, "agent"), "--node-name", req.Name}
+	var cmd *exec.Cmd
+	if network == nil {
+		cmd = exec.Command(agentArgs[0], agentArgs[1:]...)
+	} else {
+		// ip netns exec (and setpriv) exec the agent in place: the pid
+		// recorded below is the agent's.
+		args := []string{"netns", "exec", network.Namespace}
+		if p.User != nil {
+			// Entering a namespace needs root: the drop to the agent's
+			// user comes after, inside it.
+			args = append(args, "setpriv", "--reuid", strconv.Itoa(int(p.User.UID)), "--regid", strconv.Itoa(int(p.User.GID)), "--clear-groups", "--")
+		}
+		cmd = exec.Command("ip", append(args, agentArgs...)...)
+	}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Dir = dir
 	// The token goes in the agent's environment, which the agent drops
@@ -88,11 +128,11 @@ func (p Process) Create(_ context.Context, req CreateRequest) (State, error) {
 	// and not in a file that would outlive the join.
 	cmd.Env = agentEnv(dir, req.Bootstrap.Token)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if p.User != nil {
+	if p.User != nil && network == nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: p.User.UID, Gid: p.User.GID, Groups: []uint32{}}
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", p.AgentBinary, err)
+		return nil, fmt.Errorf("starting %s: %w", strings.Join(cmd.Args, " "), err)
 	}
 	pid := cmd.Process.Pid
 	go func() { _ = cmd.Wait() }() // reap it when it exits
@@ -100,7 +140,7 @@ func (p Process) Create(_ context.Context, req CreateRequest) (State, error) {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		return nil, err
 	}
-	return State{"pid": strconv.Itoa(pid), "dir": dir}, nil
+	return state(pid, network), nil
 }
 
 // agentEnv is the whole environment of a machine's agent: a PATH for the
@@ -173,6 +213,9 @@ func (p Process) Remove(ctx context.Context, req HostRequest) error {
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
+	}
+	if err := p.removeNetwork(dir); err != nil {
+		return fmt.Errorf("removing machine %s's network namespace: %w", req.Name, err)
 	}
 	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("removing %s: %w", dir, err)

@@ -478,7 +478,7 @@ spec:
 		{"missing-required", `{driver: cloud, driverConfig: {zone: west}}`,
 			[]string{`spec.template.driverConfig[size]: Required value: required by the driver`}},
 		{"process-config", `{driver: process, driverConfig: {size: "20"}}`,
-			[]string{`spec.template.driverConfig[size]`, `driver "process" accepts no driverConfig`}},
+			[]string{`spec.template.driverConfig[size]`, `driver "process" accepts networkNamespace (boolean, default false), networkCIDR (string, default 10.212.0.0/16)`}},
 		{"unknown-driver", `{driver: clod}`,
 			[]string{`spec.template.driver: Invalid value: "clod": no driver "clod"`, "the drivers are cloud, old, process", "muster-driver-clod"}},
 	}

@@ -51,7 +51,17 @@ esac
 		{name: "process without config", pool: pool("process", nil)},
 		{name: "cloud with its required field", pool: pool("cloud", map[string]string{"size": "2", "zone": "west"})},
 		{name: "process refuses any key", pool: pool("process", map[string]string{"size": "2"}),
-			want: []string{`spec.template.driverConfig[size]: unknown field; driver "process" accepts no driverConfig`}},
+			want: []string{`spec.template.driverConfig[size]: unknown field; driver "process" accepts networkNamespace (boolean, default false), networkCIDR (string, default 10.212.0.0/16)`}},
+		// The network namespace option (issue 29): a range the driver
+		// cannot give addresses from is refused at admission, not at create.
+		{name: "process with a CIDR that does not parse", pool: pool("process", map[string]string{"networkNamespace": "true", "networkCIDR": "10.300.0.0/16"}),
+			want: []string{`spec.template.driverConfig[networkCIDR]: driver "process" refuses it: networkCIDR "10.300.0.0/16" is not an IPv4 CIDR such as 10.212.0.0/16`}},
+		{name: "process with a CIDR too small", pool: pool("process", map[string]string{"networkNamespace": "true", "networkCIDR": "10.212.0.0/30"}),
+			want: []string{`spec.template.driverConfig[networkCIDR]: driver "process" refuses it: networkCIDR "10.212.0.0/30" has a /30 prefix; give one from /8 to /29`}},
+		{name: "process with host bits in its CIDR", pool: pool("process", map[string]string{"networkNamespace": "true", "networkCIDR": "10.212.0.1/16"}),
+			want: []string{`spec.template.driverConfig[networkCIDR]: driver "process" refuses it: networkCIDR "10.212.0.1/16" has host bits set; did you mean 10.212.0.0/16?`}},
+		{name: "process with a CIDR and no namespaces", pool: pool("process", map[string]string{"networkCIDR": "10.212.0.0/16"}),
+			want: []string{`spec.template.driverConfig[networkCIDR]: driver "process" refuses it: networkCIDR is used only with networkNamespace: "true"`}},
 		{name: "unknown key and bad integer", pool: pool("cloud", map[string]string{"size": "two", "szone": "x"}),
 			want: []string{
 				`spec.template.driverConfig[size]: "two" is not an integer; driver "cloud" accepts size (integer, required), zone (string, default east-1)`,

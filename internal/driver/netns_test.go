@@ -1,0 +1,94 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// needNetns: the network namespace option makes namespaces, veths and a
+// bridge, which needs root and ip(8). Under CI (.ci/run runs as root with
+// iproute2) a skip would pass for a pass, so there it fails.
+func needNetns(t *testing.T) {
+	t.Helper()
+	why := ""
+	if os.Geteuid() != 0 {
+		why = "network namespaces need root"
+	} else if _, err := exec.LookPath("ip"); err != nil {
+		why = "no ip(8) to make network namespaces with"
+	}
+	if why == "" {
+		return
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal(why + " (under CI this must work: .ci/run runs as root and installs iproute2)")
+	}
+	t.Skip(why)
+}
+
+// TestProcessDriverNetworkNamespaceAllocation (issue 29): each machine
+// gets its own namespace and an address no other machine of the driver
+// has, also after a server restart (a new driver value on the same dir);
+// removing a machine deletes its namespace and veth, and the last one
+// the bridge, and frees its address.
+func TestProcessDriverNetworkNamespaceAllocation(t *testing.T) {
+	needNetns(t)
+	// A /29 of its own per run (6 usable: the bridge and 5 machines), so
+	// parallel runs on one host seldom meet.
+	cidr := fmt.Sprintf("10.214.%d.%d/29", rand.IntN(256), rand.IntN(32)*8)
+	config := map[string]string{ConfigNetworkNamespace: "true", ConfigNetworkCIDR: cidr}
+	ctx := context.Background()
+	dir, agent := t.TempDir(), fakeAgent(t)
+	suffix := fmt.Sprintf("%d", rand.IntN(1e6))
+	create := func(p Process, name string) State {
+		t.Helper()
+		st, err := p.Create(ctx, CreateRequest{Name: name, Config: config, Bootstrap: Bootstrap{ServerURL: "https://10.0.0.1:6443", Token: "K10x"}})
+		if err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+		t.Cleanup(func() { _ = p.Remove(ctx, HostRequest{Name: name, Config: config}) })
+		return st
+	}
+	a, b := "na-"+suffix, "nb-"+suffix
+	p := Process{Dir: dir, AgentBinary: agent}
+	sa, sb := create(p, a), create(p, b)
+	if sa["address"] == "" || sa["address"] == sb["address"] {
+		t.Fatalf("two machines' addresses: %q and %q; want two distinct ones", sa["address"], sb["address"])
+	}
+	// The agent runs in the namespace: it sees the machine's address.
+	out, err := exec.Command("ip", "netns", "identify", sa["pid"]).Output()
+	if err != nil || strings.TrimSpace(string(out)) != namespaceName(a) {
+		t.Fatalf("the agent of %s is in namespace %q (%v); want %s", a, out, err, namespaceName(a))
+	}
+
+	// A restarted server (a new driver value) gives a third machine
+	// neither address, and a repeated create keeps the address.
+	p = Process{Dir: dir, AgentBinary: agent}
+	c := "nc-" + suffix
+	sc := create(p, c)
+	if sc["address"] == sa["address"] || sc["address"] == sb["address"] {
+		t.Fatalf("after a restart machine %s got %s, already %s's or %s's (%s, %s)", c, sc["address"], a, b, sa["address"], sb["address"])
+	}
+	if again := create(p, a); again["address"] != sa["address"] || again["pid"] != sa["pid"] {
+		t.Fatalf("a repeated create of %s changed it: %v then %v", a, sa, again)
+	}
+
+	bridge := ""
+	for _, m := range []string{a, b, c} {
+		n, _ := readNetwork(dir + "/" + m)
+		bridge = n.Bridge
+		if err := p.Remove(ctx, HostRequest{Name: m, Config: config}); err != nil {
+			t.Fatal(err)
+		}
+		if namespaceExists(namespaceName(m)) || linkExists(n.HostLink) {
+			t.Errorf("removing %s left its namespace %s or veth %s", m, namespaceName(m), n.HostLink)
+		}
+	}
+	if bridge == "" || linkExists(bridge) {
+		t.Errorf("the bridge %q is left after its last machine went", bridge)
+	}
+}
