@@ -314,6 +314,16 @@ func (p Process) removeNetwork(dir string) error {
 	}
 	defer unlock()
 	if namespaceExists(n.Namespace) {
+		// What the machine's plans started and left running (a listener
+		// put in its own session) is the machine's too: it goes with it,
+		// and would otherwise keep the namespace and its address alive.
+		if out, err := exec.Command("ip", "netns", "pids", n.Namespace).Output(); err == nil {
+			for _, f := range strings.Fields(string(out)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
 		if err := ipCmd("netns", "del", n.Namespace); err != nil {
 			return err
 		}
