@@ -6,8 +6,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // needNetns: the network namespace option makes namespaces, veths and a
@@ -91,4 +93,76 @@ func TestProcessDriverNetworkNamespaceAllocation(t *testing.T) {
 	if bridge == "" || linkExists(bridge) {
 		t.Errorf("the bridge %q is left after its last machine went", bridge)
 	}
+}
+
+// TestProcessDriverNetworkNamespaceAsUser: with --process-driver-user the
+// agent enters its namespace as root (only root may) and then runs as that
+// user, with no supplementary groups.
+func TestProcessDriverNetworkNamespaceAsUser(t *testing.T) {
+	needNetns(t)
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("no setpriv(1) (util-linux) under CI")
+		}
+		t.Skip("no setpriv(1)")
+	}
+	// The user must reach the driver's dir and the agent binary.
+	dir, bin := t.TempDir(), t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir, bin} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agent := bin + "/muster-agent"
+	if err := os.WriteFile(agent, []byte("#!/bin/sh\nip -o -4 addr show > \"$HOME/addrs\"\nwhile :; do sleep 1; done\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const nobody = 65534
+	p := Process{Dir: dir, AgentBinary: agent, User: &Credential{UID: nobody, GID: nobody}}
+	config := map[string]string{ConfigNetworkNamespace: "true", ConfigNetworkCIDR: fmt.Sprintf("10.215.%d.0/29", rand.IntN(256))}
+	if err := p.Validate(context.Background(), config); err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("nu-%d", rand.IntN(1e6))
+	st, err := p.Create(context.Background(), CreateRequest{Name: name, Config: config, Bootstrap: Bootstrap{ServerURL: "https://10.0.0.1:6443", Token: "K10x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Remove(context.Background(), HostRequest{Name: name, Config: config}) })
+	// ip, then setpriv, exec the agent in place: wait for it.
+	var status []byte
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		status, err = os.ReadFile("/proc/" + st["pid"] + "/status")
+		if err != nil {
+			log, _ := os.ReadFile(dir + "/" + name + "/agent.log")
+			t.Fatalf("%v; the agent's log: %s", err, log)
+		}
+		if !strings.Contains(string(status), "Name:\tip\n") && !strings.Contains(string(status), "Name:\tsetpriv\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not start within 10s:\n%s", status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	groups := ""
+	for _, l := range strings.Split(string(status), "\n") {
+		if g, ok := strings.CutPrefix(l, "Groups:"); ok {
+			groups = strings.TrimSpace(g)
+		}
+	}
+	if !strings.Contains(string(status), "Uid:\t65534\t65534\t65534\t65534") || !strings.Contains(string(status), "Gid:\t65534\t65534\t65534\t65534") || groups != "" {
+		t.Errorf("the agent's credentials are not user 65534's alone:\n%s", status)
+	}
+	// What the agent sees from inside is its namespace's address. (Root
+	// may lack the ptrace right to read another user's /proc/PID/ns here.)
+	var addrs []byte
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if addrs, _ = os.ReadFile(dir + "/" + name + "/addrs"); strings.Contains(string(addrs), " "+st["address"]+"/") {
+			return
+		}
+	}
+	log, _ := os.ReadFile(dir + "/" + name + "/agent.log")
+	t.Errorf("the agent sees the addresses %q; want its namespace's %s (its log: %s)", addrs, st["address"], log)
 }
