@@ -110,7 +110,8 @@ func TestRegistrySchema(t *testing.T) {
 	if got, want := r.Names(), []string{"cloud", "failing", "garbled", "invalid", "process"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("Names() = %v; want %v", got, want)
 	}
-	if s, err := r.Schema(ctx, "process"); err != nil || s.Description == "" || len(s.Fields) != 0 {
+	// The process driver's one option: a network namespace per machine.
+	if s, err := r.Schema(ctx, "process"); err != nil || s.Description == "" || len(s.Fields) != 2 || s.Fields[0].Name != ConfigNetworkNamespace || s.Fields[1].Name != ConfigNetworkCIDR || s.Valid() != nil {
 		t.Errorf("the process driver's schema: %+v, %v", s, err)
 	}
 	s, err := r.Schema(ctx, "cloud")
