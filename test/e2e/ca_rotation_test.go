@@ -60,6 +60,9 @@ func TestCARotation(t *testing.T) {
 	if out, err := s.musterErr("certificate", "rotate-ca"); err == nil || !strings.Contains(out, "--retire") {
 		t.Errorf("a second rotate-ca while one is under way: err %v, want a refusal naming --retire:\n%s", err, out)
 	}
+	// One agent is down across the server's restart: it cannot renew, so
+	// --retire must be refused until it has.
+	agents[2].kill()
 	s.stop()
 	s.start()
 	newCA := s.caPEM(t)
@@ -71,6 +74,20 @@ func TestCARotation(t *testing.T) {
 		t.Fatalf("/cacerts during the rotation: %d %v, want both CAs:\n%s", code, err, cacerts)
 	}
 
+	waitFor(t, 90*time.Second, "the running agents to hold a certificate of the new CA", func() bool {
+		for _, d := range dirs[:2] {
+			if !signedBy(t, filepath.Join(d, "client.crt"), newCA) {
+				return false
+			}
+		}
+		return true
+	})
+	out, err = s.musterErr("certificate", "rotate-ca", "--retire")
+	if err == nil || !strings.Contains(out, "carot-3") || strings.Contains(out, "carot-1") {
+		t.Fatalf("--retire while carot-3 holds only a certificate of the old CA: err %v, want a refusal naming carot-3 alone:\n%s", err, out)
+	}
+	// Back up with its stored certificate of the old CA, it catches up.
+	agents[2] = startAgent(t, s, dirs[2], "--node-name", names[2], "--ca-check-interval", "1s")
 	waitFor(t, 90*time.Second, "every agent to hold a certificate of the new CA", func() bool {
 		for _, d := range dirs {
 			if !signedBy(t, filepath.Join(d, "client.crt"), newCA) {
