@@ -32,7 +32,9 @@ func newRotateCACommand(cfg *server.Config) *cobra.Command {
 		Use:   "rotate-ca [--retire]",
 		Short: "Replace the cluster CA without re-joining a machine",
 		Long: `rotate-ca stages a new cluster CA in the datastore. Restart every server
-(one at a time): from then on the new CA signs every certificate, and both
+(with several servers, stop them all, then start them: a server not yet
+restarted trusts only the old CA, and refuses agents that renewed on one
+that was): from then on the new CA signs every certificate, and both
 CAs are trusted (/cacerts serves both). Each agent notices the new bundle
 within its --ca-check-interval, stores it, and renews its certificate under
 the new CA, without joining again. Join tokens made before the rotation

@@ -280,7 +280,7 @@ func run(ctx context.Context, cfg Config) error {
 	defer stopHistory()
 	self := serverName(state.AdvertiseAddress, cfg.HTTPSPort)
 	advertised := net.JoinHostPort(state.AdvertiseAddress, fmt.Sprint(cfg.HTTPSPort))
-	peerTLS, err := peerTLSConfig(state.CA, self)
+	peerTLS, err := peerTLSConfig(state.CA, state.BundlePEM, self)
 	if err != nil {
 		return err
 	}
