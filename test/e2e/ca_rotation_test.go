@@ -76,7 +76,7 @@ func TestCARotation(t *testing.T) {
 
 	waitFor(t, 90*time.Second, "the running agents to hold a certificate of the new CA", func() bool {
 		for _, d := range dirs[:2] {
-			if !signedBy(t, filepath.Join(d, "client.crt"), newCA) {
+			if !signedBy(filepath.Join(d, "client.crt"), newCA) {
 				return false
 			}
 		}
@@ -90,7 +90,7 @@ func TestCARotation(t *testing.T) {
 	agents[2] = startAgent(t, s, dirs[2], "--node-name", names[2], "--ca-check-interval", "1s")
 	waitFor(t, 90*time.Second, "every agent to hold a certificate of the new CA", func() bool {
 		for _, d := range dirs {
-			if !signedBy(t, filepath.Join(d, "client.crt"), newCA) {
+			if !signedBy(filepath.Join(d, "client.crt"), newCA) {
 				return false
 			}
 		}
@@ -100,6 +100,32 @@ func TestCARotation(t *testing.T) {
 	waitFor(t, 60*time.Second, "every agent Running under the new CA", func() bool { return allRunning(c, names...) })
 	if got := machineUIDs(t, s); fmt.Sprint(got) != fmt.Sprint(uids) {
 		t.Errorf("the rotation changed the machines (a new registration?): before %v, after %v", uids, got)
+	}
+
+	// Each new-CA certificate came from a renewal of the Machine the agent
+	// already had (spec.machineUID set by the server), not from a join.
+	regs, err := c.MusterV1alpha1().ClusterRegistrations().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed := map[string]bool{}
+	for _, r := range regs.Items {
+		if r.Status.Phase != "Granted" || !strings.HasPrefix(r.Status.Machine, "carot-") || !certSignedBy(r.Status.Certificate, newCA) {
+			continue
+		}
+		want := ""
+		for _, u := range uids {
+			if strings.HasPrefix(u, r.Status.Machine+"=") {
+				want = strings.TrimPrefix(u, r.Status.Machine+"=")
+			}
+		}
+		if r.Spec.MachineUID == "" || r.Spec.MachineUID != want {
+			t.Errorf("registration %s granted a new-CA certificate to %s as a new join (machineUID %q, the Machine's %q)", r.Name, r.Status.Machine, r.Spec.MachineUID, want)
+		}
+		renewed[r.Status.Machine] = true
+	}
+	if len(renewed) != len(names) {
+		t.Errorf("renewals under the new CA found for %v, want all of %v", renewed, names)
 	}
 
 	// A token made before the rotation pins the old CA alone.
@@ -179,11 +205,14 @@ func machineUIDs(t *testing.T, s *server) []string {
 
 // signedBy reports whether the certificate in path verifies as a client
 // certificate against caPEM alone.
-func signedBy(t *testing.T, path string, caPEM []byte) bool {
+func signedBy(path string, caPEM []byte) bool {
 	b, err := os.ReadFile(path)
-	if err != nil {
-		return false
-	}
+	return err == nil && certSignedBy(b, caPEM)
+}
+
+// certSignedBy reports whether the PEM certificate b verifies as a client
+// certificate against caPEM alone.
+func certSignedBy(b, caPEM []byte) bool {
 	block, _ := pem.Decode(b)
 	if block == nil {
 		return false
