@@ -165,7 +165,8 @@ func InstallCA(dataDir string, ca *SharedCA, replace bool) error {
 	case have != nil && !replace && !rotated:
 		return fmt.Errorf("the data dir's CA (%s, sha256 %s) is not the CA the other servers on this datastore share (sha256 %s): "+
 			"this data dir belongs to another deployment. Start this server with an empty --data-dir to join the deployment, "+
-			"or point it at its own datastore", files.CACert, pki.Hash(have), pki.Hash(ca.CertPEM))
+			"or point it at its own datastore. If 'muster-server certificate rotate-ca' was run and retired without this server starting in between, "+
+			"move %s and %s away (its agents then join again)", files.CACert, pki.Hash(have), pki.Hash(ca.CertPEM), files.CACert, files.CAKey)
 	}
 	if err := prepareDirs(files); err != nil {
 		return err
