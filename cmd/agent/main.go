@@ -85,6 +85,7 @@ func newRootCommand() *cobra.Command {
 	f.StringVar(&cfg.DataDir, "data-dir", dataDir, "directory for the node password, identity and certificate")
 	f.StringVar(&cfg.LogFormat, "log-format", "text", logformat.Usage)
 	f.BoolVar(&cfg.DisableExec, "disable-exec", false, "refuse every exec the server relays (kubectl muster exec); the agent says so to whoever asked")
+	f.DurationVar(&cfg.CACheckInterval, "ca-check-interval", agent.DefaultCACheckInterval, "how often to look for a rotated cluster CA on the server's /cacerts (muster-server certificate rotate-ca); a new one is stored and the certificate renewed under it")
 	f.IntSliceVar(&cfg.AllowPorts, "allow-port", nil, "a port on this machine's loopback (127.0.0.1) that kubectl muster port-forward may reach through the server (repeatable; none by default)")
 	f.IntVar(&cfg.KubeAPIPort, "kube-apiserver-port", 6443, "the port of this machine's kube-apiserver on its loopback (127.0.0.1), which the server's proxy of the cluster's API (/k8s/clusters/NAME) may reach through the tunnel when the machine has role controlplane; 0 refuses it. Never reachable by kubectl muster port-forward")
 	f.BoolVar(&cfg.InsecureSkipCACheck, "insecure-skip-ca-check", false, "accept a token without a CA hash and do not verify the server (dangerous)")

@@ -130,7 +130,7 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.IntVar(&cfg.SnapshotRetention, "snapshot-retention", 5, "how many scheduled snapshots to keep, the newest (in --snapshot-dir, and in --snapshot-s3-bucket)")
 	s3Flags(fl, &cfg.SnapshotS3, "snapshot-s3-", true)
 
-	cmd.AddCommand(newManifestsCommand(&cfg), newHistoryCommand(&cfg), newDatastoreCommand(&cfg), newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newRegistrationCommand(&cfg), newConsoleTokenCommand(&cfg), version.Command("muster-server"))
+	cmd.AddCommand(newManifestsCommand(&cfg), newHistoryCommand(&cfg), newDatastoreCommand(&cfg), newKubeconfigCommand(&cfg), newTokenCommand(&cfg), newCertificateCommand(&cfg), newRegistrationCommand(&cfg), newConsoleTokenCommand(&cfg), version.Command("muster-server"))
 	return cmd
 }
 

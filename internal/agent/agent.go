@@ -4,6 +4,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -82,6 +83,11 @@ type Config struct {
 	// replace its executable for a plan's agentUpgrade (upgrade.go); an
 	// agent inside muster-server (--with-agent) must not.
 	SelfUpgrade bool
+	// CACheckInterval is how often the agent reads the server's /cacerts
+	// (verified against the CA it holds) to notice a CA rotation: a new
+	// bundle is stored and the certificate renewed under the new CA at
+	// once. Zero means DefaultCACheckInterval.
+	CACheckInterval time.Duration
 	// Args is the agent's command line, to print the command that joins
 	// again once the Machine is deleted; nil prints a generic one.
 	Args []string
@@ -457,10 +463,8 @@ func (a *agent) renewWhenDue(ctx context.Context) {
 			stored = fi.ModTime()
 		}
 		due := stored.Add(cert.NotAfter.Sub(stored) * 2 / 3)
-		select {
-		case <-ctx.Done():
+		if !a.waitForRenewal(ctx, due) {
 			return
-		case <-time.After(time.Until(due)):
 		}
 		c, err := a.client()
 		if err == nil {
@@ -499,6 +503,75 @@ func (a *agent) renewWhenDue(ctx context.Context) {
 		a.say("renewed the certificate; it is valid until %s", renewed.NotAfter.UTC().Format(time.RFC3339))
 		return
 	}
+}
+
+// DefaultCACheckInterval is how often an agent looks for a rotated CA.
+const DefaultCACheckInterval = time.Minute
+
+// waitForRenewal waits until due, or until the server's CA bundle changed
+// (a CA rotation, or its end), whichever comes first; false when ctx ended.
+func (a *agent) waitForRenewal(ctx context.Context, due time.Time) bool {
+	interval := a.cfg.CACheckInterval
+	if interval <= 0 {
+		interval = DefaultCACheckInterval
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	timer := time.NewTimer(time.Until(due))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+			return true
+		case <-tick.C:
+			if a.refreshCA(ctx) {
+				return true
+			}
+		}
+	}
+}
+
+// refreshCA reads /cacerts over a connection verified against the CA the
+// agent holds, and stores the answer if it differs: after a CA rotation it
+// holds the new CA beside the old (the server still presents a certificate
+// of the old), after the rotation's end only the new one (which the stored
+// bundle already trusts). It reports whether the bundle changed, so that
+// the certificate is renewed under the CA that signs now.
+func (a *agent) refreshCA(ctx context.Context) bool {
+	c, err := a.client()
+	if err != nil {
+		return false
+	}
+	defer c.close()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.host+"/cacerts", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	bundle, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return false
+	}
+	have, err := os.ReadFile(a.dir.path(caFile))
+	if err != nil || bytes.Equal(have, bundle) {
+		return false
+	}
+	if certs, err := pki.ParseCertsPEM(bundle); err != nil || len(certs) == 0 {
+		a.say("the server's /cacerts holds no CA certificate (%v); keeping the CA in %s", err, a.dir.path(caFile))
+		return false
+	}
+	if err := a.dir.write(caFile, bundle); err != nil {
+		a.say("storing the server's new CA bundle: %v", err)
+		return false
+	}
+	a.say("the server's CA bundle changed (sha256 %s): stored it; renewing the certificate under the CA that signs now", pki.Hash(bundle))
+	return true
 }
 
 func (a *agent) certificate() (*x509.Certificate, error) {

@@ -43,7 +43,7 @@ func PinCA(ctx context.Context, server string, tok jointoken.Token, insecure boo
 		say("WARNING: not verifying the server's CA (--insecure-skip-ca-check): anyone on the path could impersonate the server")
 	case hex.EncodeToString(sum[:]) != tok.CAHash:
 		return nil, fatal("the server's CA (sha256 %x) does not match the token's (%s): refusing to send any credential. "+
-			"Check --server, or get a token from this server", sum, tok.CAHash)
+			"Check --server, or make a new token on this server ('muster-server token create'): a token made before the server's CA was rotated (muster-server certificate rotate-ca) no longer matches", sum, tok.CAHash)
 	default:
 		say("verified the server's CA against the token (sha256 %s…)", tok.CAHash[:12])
 	}

@@ -38,16 +38,19 @@ func (a *agent) startLoadBalancer(ctx context.Context) error {
 	if err != nil {
 		return fatal("--server %q: %v", server, err)
 	}
-	caPEM, err := os.ReadFile(a.dir.path(caFile))
-	if err != nil {
+	if _, err := os.ReadFile(a.dir.path(caFile)); err != nil {
 		return fmt.Errorf("reading the pinned CA: %w", err)
 	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(caPEM)
-	check := &http.Client{Transport: &http.Transport{
-		TLSClientConfig:   &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
-		DisableKeepAlives: true,
-	}}
+	// The pinned CA is read for every check: a CA rotation replaces it
+	// while the agent runs (refreshCA), and a server restarted after the
+	// rotation's end presents a certificate of the new CA only.
+	roots := func() *x509.CertPool {
+		pool := x509.NewCertPool()
+		if caPEM, err := os.ReadFile(a.dir.path(caFile)); err == nil {
+			pool.AppendCertsFromPEM(caPEM)
+		}
+		return pool
+	}
 	// The clientID ranks the servers for this agent, so that agents
 	// spread over them (identity wrote it before any certificate).
 	clientID, _ := a.dir.read(clientIDFile)
@@ -62,6 +65,10 @@ func (a *agent) startLoadBalancer(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
+			check := &http.Client{Transport: &http.Transport{
+				TLSClientConfig:   &tls.Config{RootCAs: roots(), MinVersion: tls.VersionTLS12},
+				DisableKeepAlives: true,
+			}}
 			resp, err := check.Do(req)
 			if err != nil {
 				return err

@@ -94,7 +94,16 @@ type Files = datadir.Layout
 // State is the data dir after Ensure: paths, the loaded CA, and the token.
 type State struct {
 	Files Files
-	CA    *pki.CA
+	// CA signs every certificate the server issues (the new CA during a
+	// rotation).
+	CA *pki.CA
+	// Retiring is the CA a rotation replaces, nil when none is under way:
+	// it still signs the serving certificate, which agents holding only
+	// it must verify until they have fetched the bundle.
+	Retiring *pki.CA
+	// BundlePEM is every CA the server trusts, what /cacerts serves: CA's
+	// certificate alone (byte for byte ca.crt) when no rotation is under way.
+	BundlePEM []byte
 	// Token is the server token (hex, 256 bits), stored 0600 in Files.Token.
 	Token string
 	// AdvertiseAddress is Config.AdvertiseAddress, or the one detected when it was empty.
@@ -137,11 +146,24 @@ func Ensure(cfg Config) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
+	retiring, err := loadRetiring(files)
+	if err != nil {
+		return nil, err
+	}
+	bundle := ca.CertPEM
+	servingCA := ca
+	if retiring != nil {
+		bundle = append(append(slices.Clone(ca.CertPEM), '\n'), retiring.CertPEM...)
+		servingCA = retiring
+	}
+	if err := atomicfile.Write(files.CABundle, bundle, certMode); err != nil {
+		return nil, err
+	}
 	token, err := ensureToken(files, cfg.Token)
 	if err != nil {
 		return nil, err
 	}
-	if err := ensureServing(files, ca, sans); err != nil {
+	if err := ensureServing(files, servingCA, sans); err != nil {
 		return nil, err
 	}
 	if err := ensureAdmin(files, ca); err != nil {
@@ -150,6 +172,8 @@ func Ensure(cfg Config) (*State, error) {
 	state := &State{
 		Files:            files,
 		CA:               ca,
+		Retiring:         retiring,
+		BundlePEM:        bundle,
 		Token:            token,
 		AdvertiseAddress: advertise,
 		ServerURL:        serverURL(cfg),
@@ -176,7 +200,25 @@ func AdminKubeconfig(state *State, serverURL string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin kubeconfig: reading the admin key: %w", err)
 	}
-	return kubeconfigFor(state.CA.CertPEM, serverURL, certPEM, keyPEM)
+	return kubeconfigFor(state.BundlePEM, serverURL, certPEM, keyPEM)
+}
+
+// loadRetiring loads the CA a rotation is retiring, nil if none is.
+func loadRetiring(files Files) (*pki.CA, error) {
+	certPEM, err := readOptional(files.RetiringCACert)
+	if err != nil || certPEM == nil {
+		return nil, err
+	}
+	keyPEM, err := readOptional(files.RetiringCAKey)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := pki.LoadCA(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("loading the retiring CA from %s and %s: %w: restart the server to fetch them again from the datastore, or run 'muster-server certificate rotate-ca --retire'",
+			files.RetiringCACert, files.RetiringCAKey, err)
+	}
+	return ca, nil
 }
 
 func kubeconfigFor(caPEM []byte, serverURL string, certPEM, keyPEM []byte) ([]byte, error) {
@@ -238,7 +280,13 @@ func UserKubeconfig(dataDir, name string, groups []string, validity time.Duratio
 	if err != nil {
 		return nil, fmt.Errorf("issuing the certificate of %q: %w", name, err)
 	}
-	return kubeconfigFor(ca.CertPEM, cluster.Server, userCert, userKey)
+	// Trust what the server trusts: during a CA rotation its serving
+	// certificate is still the retiring CA's.
+	trust := ca.CertPEM
+	if b, err := readOptional(files.CABundle); err == nil && b != nil {
+		trust = b
+	}
+	return kubeconfigFor(trust, cluster.Server, userCert, userKey)
 }
 
 // ReadAdminKubeconfig returns the admin kubeconfig that Ensure wrote in dataDir.

@@ -10,7 +10,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
+
+	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/datadir"
 
@@ -41,7 +45,19 @@ const (
 var ErrWrongToken = errors.New("the datastore's cluster CA was sealed with a different server token")
 
 // SharedCA is what the servers share: the CA's certificate and key, PEM.
+// During a CA rotation ('muster-server certificate rotate-ca') CertPEM and
+// KeyPEM are the new CA, which signs every certificate from then on, and
+// Retiring is the old one, still trusted (and still signing the servers'
+// serving certificates, which agents that hold only the old CA verify)
+// until 'rotate-ca --retire' drops it.
 type SharedCA struct {
+	CertPEM  []byte      `json:"cert"`
+	KeyPEM   []byte      `json:"key"`
+	Retiring *RetiringCA `json:"retiring,omitempty"`
+}
+
+// RetiringCA is the CA a rotation replaces, trusted until it is retired.
+type RetiringCA struct {
 	CertPEM []byte `json:"cert"`
 	KeyPEM  []byte `json:"key"`
 }
@@ -59,7 +75,13 @@ func SealCA(token string, ca *pki.CA) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	plain, err := json.Marshal(SharedCA{CertPEM: ca.CertPEM, KeyPEM: keyPEM})
+	return SealShared(token, &SharedCA{CertPEM: ca.CertPEM, KeyPEM: keyPEM})
+}
+
+// SealShared encrypts the whole shared record (with a retiring CA, if a
+// rotation is under way) as SealCA does.
+func SealShared(token string, shared *SharedCA) ([]byte, error) {
+	plain, err := json.Marshal(shared)
 	if err != nil {
 		return nil, err
 	}
@@ -100,6 +122,11 @@ func OpenCA(token string, blob []byte) (*SharedCA, error) {
 	if _, err := pki.LoadCA(ca.CertPEM, ca.KeyPEM); err != nil {
 		return nil, fmt.Errorf("the sealed cluster CA decrypted but does not load: %w", err)
 	}
+	if r := ca.Retiring; r != nil {
+		if _, err := pki.LoadCA(r.CertPEM, r.KeyPEM); err != nil {
+			return nil, fmt.Errorf("the sealed cluster CA's retiring CA decrypted but does not load: %w", err)
+		}
+	}
 	return &ca, nil
 }
 
@@ -129,21 +156,52 @@ func InstallCA(dataDir string, ca *SharedCA, replace bool) error {
 	if err != nil {
 		return err
 	}
+	// The data dir's CA is the one a rotation retires: this server has
+	// not started since 'certificate rotate-ca' staged the new one.
+	rotated := ca.Retiring != nil && bytes.Equal(have, ca.Retiring.CertPEM)
 	switch {
 	case have != nil && bytes.Equal(have, ca.CertPEM):
-		return nil
-	case have != nil && !replace:
+		return installRetiring(files, ca.Retiring)
+	case have != nil && !replace && !rotated:
 		return fmt.Errorf("the data dir's CA (%s, sha256 %s) is not the CA the other servers on this datastore share (sha256 %s): "+
 			"this data dir belongs to another deployment. Start this server with an empty --data-dir to join the deployment, "+
-			"or point it at its own datastore", files.CACert, pki.Hash(have), pki.Hash(ca.CertPEM))
+			"or point it at its own datastore. If 'muster-server certificate rotate-ca' was run and retired without this server starting in between, "+
+			"move %s and %s away (its agents then join again)", files.CACert, pki.Hash(have), pki.Hash(ca.CertPEM), files.CACert, files.CAKey)
 	}
 	if err := prepareDirs(files); err != nil {
+		return err
+	}
+	if err := installRetiring(files, ca.Retiring); err != nil {
 		return err
 	}
 	if err := atomicfile.Write(files.CAKey, ca.KeyPEM, secretMode); err != nil {
 		return err
 	}
-	return atomicfile.Write(files.CACert, ca.CertPEM, certMode)
+	if err := atomicfile.Write(files.CACert, ca.CertPEM, certMode); err != nil {
+		return err
+	}
+	if rotated {
+		klog.InfoS("Installed the rotated cluster CA: it signs from now on, and the previous CA stays trusted until 'muster-server certificate rotate-ca --retire'",
+			"hash", pki.Hash(ca.CertPEM), "retiring", pki.Hash(ca.Retiring.CertPEM))
+	}
+	return nil
+}
+
+// installRetiring keeps the data dir's retiring CA in step with the shared
+// record: written while a rotation is under way, removed once it is retired.
+func installRetiring(files Files, r *RetiringCA) error {
+	if r == nil {
+		for _, f := range []string{files.RetiringCACert, files.RetiringCAKey} {
+			if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("removing the retired CA %s: %w", f, err)
+			}
+		}
+		return nil
+	}
+	if err := atomicfile.Write(files.RetiringCAKey, r.KeyPEM, secretMode); err != nil {
+		return err
+	}
+	return atomicfile.Write(files.RetiringCACert, r.CertPEM, certMode)
 }
 
 // ReadToken returns the server token kept in the data dir, "" if there is none.
@@ -178,11 +236,9 @@ func Reseal(oldToken, newToken string, blob []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	ca, err := pki.LoadCA(shared.CertPEM, shared.KeyPEM)
-	if err != nil {
-		return nil, err
-	}
-	return SealCA(newToken, ca)
+	// The whole record, a retiring CA included: a token rotation in the
+	// middle of a CA rotation must not drop the CA the agents still hold.
+	return SealShared(newToken, shared)
 }
 
 // WriteToken replaces the server token kept in the data dir (mode 0600).

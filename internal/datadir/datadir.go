@@ -17,6 +17,14 @@ type Layout struct {
 	// CACert and CAKey are the deployment's CA (the key 0600).
 	CACert string
 	CAKey  string
+	// RetiringCACert and RetiringCAKey are the CA a rotation replaces
+	// (muster-server certificate rotate-ca), present only until it is
+	// retired; CABundle is every CA the server trusts (the current one and
+	// the retiring one), what /cacerts serves and client certificates are
+	// verified against.
+	RetiringCACert string
+	RetiringCAKey  string
+	CABundle       string
 	// ServingCert and ServingKey are this server's HTTPS certificate.
 	ServingCert string
 	ServingKey  string
@@ -67,6 +75,9 @@ func New(dir string) (Layout, error) {
 		TLSDir:          tls,
 		CACert:          filepath.Join(tls, "ca.crt"),
 		CAKey:           filepath.Join(tls, "ca.key"),
+		RetiringCACert:  filepath.Join(tls, "ca-retiring.crt"),
+		RetiringCAKey:   filepath.Join(tls, "ca-retiring.key"),
+		CABundle:        filepath.Join(tls, "ca-bundle.crt"),
 		ServingCert:     filepath.Join(tls, "serving.crt"),
 		ServingKey:      filepath.Join(tls, "serving.key"),
 		AdminCert:       filepath.Join(tls, "admin.crt"),

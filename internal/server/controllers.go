@@ -216,8 +216,10 @@ func serverName(advertise string, port int) string {
 
 // peerTLSConfig is how this server calls the other servers: a client
 // certificate for identity muster:server:<name> issued from the shared CA,
-// kept in memory only, and the CA as the only trusted root.
-func peerTLSConfig(ca *pki.CA, self string) (*tls.Config, error) {
+// kept in memory only, and the deployment's CA bundle as the trusted roots:
+// during a CA rotation the other servers' serving certificates are still
+// the retiring CA's (or, restarted after --retire, already the new one's).
+func peerTLSConfig(ca *pki.CA, bundlePEM []byte, self string) (*tls.Config, error) {
 	cn, groups := caller.ServerSubject(self)
 	certPEM, keyPEM, err := ca.IssueClient(cn, groups, 365*24*time.Hour)
 	if err != nil {
@@ -229,6 +231,7 @@ func peerTLSConfig(ca *pki.CA, self string) (*tls.Config, error) {
 	}
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Cert)
+	roots.AppendCertsFromPEM(bundlePEM)
 	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, MinVersion: tls.VersionTLS12}, nil
 }
 

@@ -280,7 +280,7 @@ func run(ctx context.Context, cfg Config) error {
 	defer stopHistory()
 	self := serverName(state.AdvertiseAddress, cfg.HTTPSPort)
 	advertised := net.JoinHostPort(state.AdvertiseAddress, fmt.Sprint(cfg.HTTPSPort))
-	peerTLS, err := peerTLSConfig(state.CA, self)
+	peerTLS, err := peerTLSConfig(state.CA, state.BundlePEM, self)
 	if err != nil {
 		return err
 	}
@@ -325,12 +325,13 @@ func run(ctx context.Context, cfg Config) error {
 	// the token authenticator and the agent authorizer), each whole, and
 	// the API server last, from them.
 	completed, err := apiserver.Config{
-		BindAddress:                 bind,
-		Port:                        cfg.HTTPSPort,
-		ServingCertFile:             state.Files.ServingCert,
-		ServingKeyFile:              state.Files.ServingKey,
-		ClientCAFile:                state.Files.CACert,
-		CABundle:                    state.CA.CertPEM,
+		BindAddress:     bind,
+		Port:            cfg.HTTPSPort,
+		ServingCertFile: state.Files.ServingCert,
+		ServingKeyFile:  state.Files.ServingKey,
+		// Client certificates of both CAs pass during a rotation.
+		ClientCAFile:                state.Files.CABundle,
+		CABundle:                    state.BundlePEM,
 		Storage:                     ds.Transport(),
 		CompactionInterval:          ds.CompactionInterval(),
 		Encryption:                  encrypt.ResourceTransformers(),

@@ -230,7 +230,12 @@ func (s *server) stop() {
 func (s *server) kubeconfig() string { return filepath.Join(s.dataDir, "admin.kubeconfig") }
 
 func (s *server) caPool() *x509.CertPool {
-	pem, err := os.ReadFile(filepath.Join(s.dataDir, "tls", "ca.crt"))
+	// The bundle is every CA the server trusts: during a CA rotation its
+	// serving certificate is still the old CA's, while ca.crt is the new.
+	pem, err := os.ReadFile(filepath.Join(s.dataDir, "tls", "ca-bundle.crt"))
+	if err != nil {
+		pem, err = os.ReadFile(filepath.Join(s.dataDir, "tls", "ca.crt"))
+	}
 	pool := x509.NewCertPool()
 	if err == nil {
 		pool.AppendCertsFromPEM(pem)
