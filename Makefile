@@ -69,7 +69,9 @@ vet:
 # Every test: unit, storage conformance (SQLite and PostgreSQL), and end-to-end
 # with real server processes and real kubectl. PostgreSQL is started by the
 # tests themselves (hack/postgres.sh) unless MUSTER_TEST_POSTGRES_DSN is set.
-test: build
+# The peer kube-apiserver and the S3 server are built once per machine
+# (cached outside the checkout), so that every test runs, not only under CI.
+test: build peer s3
 	$(GO) vet ./...
 	MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server MUSTER_AGENT_BIN=$(CURDIR)/$(BIN)/muster-agent $(GO) test $(TEST_FLAGS) ./...
 
