@@ -98,16 +98,19 @@ func TestDatastoreHistorySurvivesKill9(t *testing.T) {
 			t.Fatalf("%d transitions missing from the history, e.g. %v", len(missing), missing[:min(5, len(missing))])
 		}
 		// Transitions are numbered 1, 2, ... over an object's life, so the
-		// history of each object must be exactly 1..its last seq, each once:
+		// history of each object must be exactly 1..some seq, each once:
 		// that covers the records status.transitions has already dropped
 		// (it keeps the last 20) and rules out a record written twice.
-		last := map[string]int64{}
-		for k := range want {
-			last[k.uid] = max(last[k.uid], k.seq)
-		}
+		// Machines go on changing (they fall silent once the simulated
+		// agents stop), so the objects are read after the history: the
+		// history may be behind them, never ahead.
 		rows, err := db.Query(`SELECT uid, count(*), min(seq), max(seq) FROM muster_transitions GROUP BY uid`)
 		if err != nil {
 			t.Fatal(err)
+		}
+		last := map[string]int64{}
+		for k := range statusTransitions(t, c) {
+			last[k.uid] = max(last[k.uid], k.seq)
 		}
 		rowsTotal := 0
 		for rows.Next() {
@@ -122,8 +125,8 @@ func TestDatastoreHistorySurvivesKill9(t *testing.T) {
 				// registration): its history is kept, by design.
 				continue
 			}
-			if lo != 1 || hi != last[uid] || n != hi {
-				t.Errorf("object %s: history holds %d records numbered %d..%d, want 1..%d each once", uid, n, lo, hi, last[uid])
+			if lo != 1 || hi > last[uid] || n != hi {
+				t.Errorf("object %s: history holds %d records numbered %d..%d, want 1..n each once, n at most the object's last transition %d", uid, n, lo, hi, last[uid])
 			}
 			delete(last, uid)
 		}
