@@ -563,7 +563,14 @@ spec:
 		chromedp.WaitVisible(chromedp.CSS(`button.revoke[data-name="`+id+`"]`)),
 		chromedp.Click(chromedp.CSS(`button.revoke[data-name="`+id+`"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`button.revoke.confirm[data-name="`+id+`"]`)),
-		chromedp.Click(chromedp.CSS(`button.revoke.confirm[data-name="`+id+`"]`)),
+		// The button's own click, not a mouse event at its coordinates: the
+		// table re-renders as the token's "last used" changes, and a row
+		// that shifts under the pointer took the click elsewhere (CI saw
+		// "Confirm revoke" still showing 30 s later).
+		func(c context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+			_, err := chromedp.Evaluate[bool](`(() => { document.querySelector('button.revoke.confirm[data-name="`+id+`"]').click(); return true })()`)(c, tg)
+			return chromedp.Void{}, err
+		},
 		chromedp.WaitVisible(chromedp.CSS(`tr.jointoken[data-name="`+id+`"][data-phase="Revoked"]`)))
 	if got := s.mustKubectl("get", "clusterregistrationtoken", id, "-o", "jsonpath={.status.phase} {.status.reason}"); got != "Revoked RevokedByOperator" {
 		t.Errorf("after Revoke the token's status is %q, want Revoked RevokedByOperator", got)
