@@ -47,14 +47,9 @@ CA; kubeconfigs and certificates of the old one are refused. Re-fetch the
 admin kubeconfig (muster-server kubeconfig) after each restart.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			token, err := secretSource{flag: "token", fileFlag: "token-file", env: "MUSTER_TOKEN", file: tokenFile}.resolve()
+			token, err := currentServerToken(cfg.DataDir, tokenFile)
 			if err != nil {
 				return err
-			}
-			if token == "" {
-				if token, err = bootstrap.ReadToken(cfg.DataDir); err != nil {
-					return err
-				}
 			}
 			endpoint, err := datastoreEndpoint(endpointFile)
 			if err != nil {

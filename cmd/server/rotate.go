@@ -37,14 +37,9 @@ that data dir's token), and restart the servers one at a time.`,
 			if next == "" {
 				return errors.New("give the new server token: --new-token-file FILE (or $MUSTER_NEW_TOKEN); generate one with: openssl rand -hex 32")
 			}
-			old, err := secretSource{flag: "token", fileFlag: "token-file", env: "MUSTER_TOKEN", file: oldTokenFile}.resolve()
+			old, err := currentServerToken(cfg.DataDir, oldTokenFile)
 			if err != nil {
 				return err
-			}
-			if old == "" {
-				if old, err = bootstrap.ReadToken(cfg.DataDir); err != nil {
-					return err
-				}
 			}
 			endpoint, err := datastoreEndpoint(endpointFile)
 			if err != nil {

@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"os"
 	"strings"
+
+	"github.com/muster-io/muster/internal/bootstrap"
 )
 
 // secretSource is one setting that may hold a secret: its flag, a flag
@@ -52,4 +54,15 @@ func passwordInURL(endpoint string) bool {
 	}
 	_, ok := u.User.Password()
 	return ok
+}
+
+// currentServerToken is the deployment's server token for a command run
+// beside the servers: from --token-file FILE or $MUSTER_TOKEN, else the one
+// in the data dir.
+func currentServerToken(dataDir, file string) (string, error) {
+	token, err := secretSource{flag: "token", fileFlag: "token-file", env: "MUSTER_TOKEN", file: file}.resolve()
+	if err != nil || token != "" {
+		return token, err
+	}
+	return bootstrap.ReadToken(dataDir)
 }
