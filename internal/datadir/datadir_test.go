@@ -2,6 +2,7 @@ package datadir
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -75,6 +76,43 @@ func TestLock(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLockHeldByDepartedOwner: a server killed while it was forking a
+// machine's agent leaves its lock in the child until the child's exec; a
+// successor started at once must wait for that, not refuse because of a
+// server that is gone. The child here holds the lock for half a second,
+// the recorded owner has exited.
+func TestLockHeldByDepartedOwner(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	f, err := Lock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := exec.Command("sleep", "0.5")
+	holder.ExtraFiles = []*os.File{f}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(l.Lock, []byte(strconv.Itoa(gone.Process.Pid)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.Close() // only the child holds the lock now
+
+	g, err := Lock(dir)
+	if err != nil {
+		t.Fatalf("Lock while a departed server's child still held the lock = %v, want it to wait and take it", err)
+	}
+	g.Close()
 }
 
 func mkdir(t *testing.T, dir string, mode os.FileMode) {

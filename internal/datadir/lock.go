@@ -1,12 +1,14 @@
 package datadir
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"k8s.io/klog/v2"
 )
@@ -34,7 +36,7 @@ func Lock(dir string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot write in data dir %s: %w; choose a writable --data-dir", dir, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := flockOrWaitForDeparted(f, path); err != nil {
 		owner, _ := os.ReadFile(path)
 		f.Close()
 		return nil, fmt.Errorf("data dir %s is in use by another muster-server (pid %s): stop it, or give this one another --data-dir",
@@ -44,6 +46,46 @@ func Lock(dir string) (*os.File, error) {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return f, nil
+}
+
+// departedGrace is how long a lock whose recorded owner has exited may
+// stay held. A server killed while it was starting a machine's agent
+// (the process driver forks) leaves the lock's descriptor in the child
+// until the child's exec closes it, so a successor started at once (by
+// systemd's Restart=, or an operator) would otherwise be refused by a
+// server that is already gone.
+const departedGrace = 10 * time.Second
+
+// flockOrWaitForDeparted takes the lock; while it is held and the pid the
+// holder wrote has exited, it retries for departedGrace. A live owner is
+// refused at once: two servers must never share a data dir.
+func flockOrWaitForDeparted(f *os.File, path string) error {
+	deadline := time.Now().Add(departedGrace)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil || !errors.Is(err, syscall.EWOULDBLOCK) {
+			return err
+		}
+		if ownerAlive(path) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ownerAlive says whether the pid recorded in the lock file is a running
+// process; an unreadable record counts as alive, so Lock refuses.
+func ownerAlive(path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return true
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return true
+	}
+	err = syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // tighten makes a data dir that others may read or enter (made by
