@@ -330,6 +330,9 @@ func (s *Scopes) Authorize(_ context.Context, attrs authorizer.Attributes) (auth
 		// A binding belongs to no one cluster: a scope's admin may read
 		// and change the bindings wholly inside their scope (and writes
 		// are checked again, for the new scope, at admission).
+		if attrs.GetName() == "" && attrs.GetVerb() == "create" {
+			return authorizer.DecisionAllow, "", nil // judged at admission: the new binding's scope
+		}
 		if attrs.GetName() == "" {
 			return authorizer.DecisionDeny, fmt.Sprintf("%s: only administrators of every cluster may list or watch access bindings; get one by name", what), nil
 		}

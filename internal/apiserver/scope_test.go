@@ -69,7 +69,9 @@ func binding(name string, role api.AccessRole, scope api.AccessScope, subjects .
 	return &api.AccessBinding{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: api.AccessBindingSpec{Role: role, Scope: scope, Subjects: subjects}}
 }
 
-func group(name string) api.AccessSubject { return api.AccessSubject{Kind: api.AccessGroup, Name: name} }
+func group(name string) api.AccessSubject {
+	return api.AccessSubject{Kind: api.AccessGroup, Name: name}
+}
 
 type scopeReq struct {
 	verb, resource, sub, name, selector string

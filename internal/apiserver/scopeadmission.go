@@ -12,6 +12,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/server/routine"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
@@ -111,8 +112,15 @@ func withScopeRevocation(h http.Handler, s *Scopes) http.Handler {
 			return
 		}
 		ctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		defer s.Hold(attrs, cancel)()
+		release := s.Hold(attrs, cancel)
+		done := func() { release(); cancel() }
 		h.ServeHTTP(w, r.WithContext(ctx))
+		// A watch served on a routine of its own (APIServingWithRoutine)
+		// has only been prepared when the handler returns: it is served
+		// by the request's task afterwards, and released after that.
+		if routine.AppendTask(ctx, &routine.Task{Func: done}) {
+			return
+		}
+		done()
 	})
 }
