@@ -143,7 +143,9 @@ func NewScopes(cfg ScopeConfig) (*Scopes, error) {
 
 // bindingsOf are the user's bindings, by name and by every group.
 func (s *Scopes) bindingsOf(u user.Info) []*api.AccessBinding {
-	if u == nil {
+	// Agents, join tokens and servers are never bound: their requests
+	// (a fleet's heartbeats and watches) skip the lookups.
+	if u == nil || caller.Reserved(u) {
 		return nil
 	}
 	var out []*api.AccessBinding
@@ -487,4 +489,45 @@ func (s *Scopes) recheck() {
 			r.cancel()
 		}
 	}
+}
+
+// Visible are the clusters a user with cluster-scoped access may see, for
+// the console; scoped is false for a user the built-in roles (or an
+// allClusters binding) let see every cluster.
+func (s *Scopes) Visible(name string, groups []string) (clusters []string, scoped bool) {
+	u := &user.DefaultInfo{Name: name, Groups: groups}
+	for _, g := range groups {
+		if g == user.SystemPrivilegedGroup || g == caller.ViewersGroup || g == caller.OperatorsGroup {
+			return nil, false
+		}
+	}
+	bs := s.bindingsOf(u)
+	if len(bs) == 0 {
+		return nil, false
+	}
+	seen := map[string]bool{}
+	for _, b := range bs {
+		switch {
+		case b.Spec.Scope.AllClusters:
+			return nil, false
+		case len(b.Spec.Scope.Clusters) > 0:
+			for _, c := range b.Spec.Scope.Clusters {
+				seen[c] = true
+			}
+		case b.Spec.Scope.ClusterSelector != nil:
+			sel, err := metav1.LabelSelectorAsSelector(b.Spec.Scope.ClusterSelector)
+			if err != nil {
+				continue
+			}
+			cs, _ := s.cfg.Clusters.List(sel)
+			for _, c := range cs {
+				seen[c.Name] = true
+			}
+		}
+	}
+	for c := range seen {
+		clusters = append(clusters, c)
+	}
+	sort.Strings(clusters)
+	return clusters, true
 }

@@ -403,6 +403,7 @@ func run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	webConsole.Scope = scopes.Visible
 	api, err := completed.New(apiserver.Parts{Tokens: tokens, Agents: registrationRules, Registrations: joins.Storage, Scopes: scopes})
 	if err != nil {
 		return err

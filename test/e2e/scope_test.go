@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -455,4 +456,41 @@ func TestScopeWatchEndsWithBinding(t *testing.T) {
 		w2.Stop()
 		return true
 	})
+}
+
+// TestScopeConsole: in the real console (headless chromium), a user whose
+// only access is an AccessBinding to cluster team-a sees team-a's machine,
+// plan set and pool, and nothing of team-b's, and no refusal: the pages
+// select the user's clusters in every list, as the API requires.
+func TestScopeConsole(t *testing.T) {
+	// Not parallel: a headless browser keeps a core busy.
+	chromiumPath(t)
+	f := startScopeFixture(t)
+	s := f.s
+	var agents []*agentProc
+	for _, c := range []string{"a", "b"} {
+		tok := newToken(t, s, "--cluster", "team-"+c)
+		agents = append(agents, startAgent(t, s, t.TempDir(), "--token-file", writeTokenFile(t, tok), "--node-name", c+"-1"))
+	}
+	for _, a := range agents {
+		a.waitOutput("running as machine", 60*time.Second)
+	}
+	ctx := browser(t, s)
+	signIn(t, ctx, s, consoleToken(t, s, "alice", "team-a"))
+	run(t, ctx, "the fleet page with team a's machine", 30*time.Second, chromedp.WaitVisible(chromedp.CSS(`.row[data-name="a-1"]`)))
+	if n := eval[int](t, ctx, `document.querySelectorAll('.row[data-name="b-1"]').length`); n != 0 {
+		t.Errorf("alice's fleet page shows team b's machine")
+	}
+	if txt := eval[string](t, ctx, `document.body.innerText`); strings.Contains(strings.ToLower(txt), "forbidden") {
+		t.Errorf("alice's fleet page shows a refusal:\n%s", txt)
+	}
+	open(t, ctx, s.url()+"/console/#/rollouts")
+	run(t, ctx, "the rollouts page with team a's plan set and pool", 30*time.Second,
+		chromedp.WaitVisible(chromedp.CSS(`.planset[data-name="set-a"]`)), chromedp.WaitVisible(chromedp.CSS(`.pool[data-name="pool-a"]`)))
+	if n := eval[int](t, ctx, `document.querySelectorAll('[data-name="set-b"], [data-name="pool-b"]').length`); n != 0 {
+		t.Errorf("alice's rollouts page shows team b's plan set or pool")
+	}
+	if txt := eval[string](t, ctx, `document.body.innerText`); strings.Contains(strings.ToLower(txt), "forbidden") {
+		t.Errorf("alice's rollouts page shows a refusal:\n%s", txt)
+	}
 }
