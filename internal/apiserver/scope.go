@@ -107,6 +107,7 @@ type Scopes struct {
 	authorize authorizer.AuthorizerFunc
 	mu        sync.Mutex
 	open      map[*openRequest]struct{}
+	handlers  []cache.ResourceEventHandlerRegistration
 }
 
 // NewScopes returns scoped authorization over cfg's informers; it adds the
@@ -122,11 +123,13 @@ func NewScopes(cfg ScopeConfig) (*Scopes, error) {
 		UpdateFunc: func(interface{}, interface{}) { s.recheck() },
 		DeleteFunc: func(interface{}) { s.recheck() },
 	}
-	if _, err := cfg.Bindings.AddEventHandler(handler); err != nil {
+	reg, err := cfg.Bindings.AddEventHandler(handler)
+	if err != nil {
 		return nil, err
 	}
+	s.handlers = append(s.handlers, reg)
 	if cfg.ClusterEvents != nil {
-		if _, err := cfg.ClusterEvents.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		reg, err := cfg.ClusterEvents.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			UpdateFunc: func(o, n interface{}) {
 				oc, ok1 := o.(*api.Cluster)
 				nc, ok2 := n.(*api.Cluster)
@@ -134,11 +137,24 @@ func NewScopes(cfg ScopeConfig) (*Scopes, error) {
 					s.recheck()
 				}
 			},
-		}); err != nil {
+		})
+		if err != nil {
 			return nil, err
 		}
+		s.handlers = append(s.handlers, reg)
 	}
 	return s, nil
+}
+
+// HandlersSynced says whether the handlers that judge open requests again
+// have seen every object the informers first listed.
+func (s *Scopes) HandlersSynced() bool {
+	for _, h := range s.handlers {
+		if !h.HasSynced() {
+			return false
+		}
+	}
+	return true
 }
 
 // bindingsOf are the user's bindings, by name and by every group.

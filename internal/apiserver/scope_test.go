@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/muster-io/muster/internal/caller"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
@@ -41,6 +42,7 @@ func scopeFixture(t testing.TB, bindings ...*api.AccessBinding) (*Scopes, Author
 		objs = append(objs, b)
 	}
 	client := fake.NewSimpleClientset(objs...)
+	lastFakeClient = client
 	f := informers.NewSharedInformerFactory(client, 0)
 	v := f.Muster().V1alpha1()
 	s, err := NewScopes(ScopeConfig{
@@ -60,10 +62,19 @@ func scopeFixture(t testing.TB, bindings ...*api.AccessBinding) (*Scopes, Author
 			t.Fatalf("informer of %v did not sync", typ)
 		}
 	}
+	// The first objects' notifications are behind us: a later recheck is
+	// the test's own change.
+	if !cache.WaitForCacheSync(stop, s.HandlersSynced) {
+		t.Fatal("the scopes' handlers did not sync")
+	}
 	a := Authorizer{Scopes: s}
 	s.SetAuthorizer(a.Authorize)
 	return s, a
 }
+
+// lastFakeClient is the clientset of the last fixture, for tests that
+// change objects under its informers.
+var lastFakeClient *fake.Clientset
 
 func binding(name string, role api.AccessRole, scope api.AccessScope, subjects ...api.AccessSubject) *api.AccessBinding {
 	return &api.AccessBinding{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: api.AccessBindingSpec{Role: role, Scope: scope, Subjects: subjects}}
@@ -209,6 +220,38 @@ func TestScopeRevocation(t *testing.T) {
 	case <-ctx.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the watch was not ended when its binding was deleted")
+	}
+}
+
+// TestScopeRevocationByClusterLabels: a user scoped by a cluster label
+// selector loses an open watch as soon as the cluster's label changes,
+// through the informers as on the server.
+func TestScopeRevocationByClusterLabels(t *testing.T) {
+	s, a := scopeFixture(t, binding("team-b-view", api.AccessViewer,
+		api.AccessScope{ClusterSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "b"}}}, group("team-b")))
+	bob := &user.DefaultInfo{Name: "bob", Groups: []string{"team-b"}}
+	attrs := scopeReq{verb: "watch", resource: "machines", selector: "spec.cluster=b"}.attrs(bob)
+	if d, why, _ := a.Authorize(context.Background(), attrs); d != authorizer.DecisionAllow {
+		t.Fatalf("watch refused: %s", why)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer s.Hold(attrs, cancel)()
+	clusters := lastFakeClient.MusterV1alpha1().Clusters()
+	c, err := clusters.Get(context.Background(), "b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Labels = map[string]string{"team": "a"}
+	if _, err := clusters.Update(context.Background(), c, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch was not ended when its cluster left the binding's selector")
+	}
+	if d, _, _ := a.Authorize(context.Background(), attrs); d == authorizer.DecisionAllow {
+		t.Fatal("a new watch is still allowed after the cluster left the selector")
 	}
 }
 
