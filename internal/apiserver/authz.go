@@ -56,6 +56,9 @@ type Authorizer struct {
 	// PublicWritePaths are exact paths anyone may also POST to and DELETE
 	// (the console's sign-in and sign-out; the handler judges the token).
 	PublicWritePaths []string
+	// Scopes, if set, judges users by their AccessBindings (scope.go),
+	// after the built-in roles and before the agents' rules.
+	Scopes *Scopes
 }
 
 // Authorize implements authorizer.Authorizer.
@@ -92,6 +95,11 @@ func (a Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) 
 	}
 	if roleAllows(attrs) {
 		return authorizer.DecisionAllow, "", nil
+	}
+	if a.Scopes != nil {
+		if decision, reason, err := a.Scopes.Authorize(ctx, attrs); err != nil || decision != authorizer.DecisionNoOpinion {
+			return decision, reason, err
+		}
 	}
 	for _, rule := range a.Rules {
 		decision, reason, err := rule(ctx, attrs)

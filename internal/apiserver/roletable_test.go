@@ -38,6 +38,7 @@ func roleTableRows() []authorizer.AttributesRecord {
 		registry.Cluster.Resource, registry.ClusterRegistration.Resource, registry.ClusterRegistrationToken.Resource,
 		registry.Machine.Resource, registry.MachinePlan.Resource, registry.MachinePlanSet.Resource, registry.MachinePool.Resource,
 		registry.NodePassword.Resource, registry.ServerEndpoint.Resource, registry.ControllerLease.Resource,
+		registry.AccessBinding.Resource,
 	} {
 		res(api.GroupName, r, "")
 		res(api.GroupName, r, "status")

@@ -140,6 +140,9 @@ type Parts struct {
 	// registry's store of that kind (the join, internal/join); nil serves
 	// the plain store.
 	Registrations func(main *registry.REST) rest.Storage
+	// Scopes, if set, authorizes users by their AccessBindings: roles
+	// scoped to clusters (scope.go).
+	Scopes *Scopes
 }
 
 // CompletedConfig is the API server's configuration with its serving and
@@ -290,6 +293,10 @@ func (c *CompletedConfig) New(parts Parts) (*Server, error) {
 		}
 		gate.refuse = refuse
 		h = withAgentRequests(h, parts.Agents, refuse)
+		if parts.Scopes != nil {
+			// Inside the default chain: after authentication and authorization.
+			h = withScopeRevocation(h, parts.Scopes)
+		}
 		if observe != nil {
 			// Wrapped inside the default chain, so it runs after authentication.
 			inner := h
@@ -333,7 +340,14 @@ func (c *CompletedConfig) New(parts Parts) (*Server, error) {
 		rc.Authentication.Authenticator = authn
 		rules = append(rules, delegate(authz))
 	}
-	rc.Authorization.Authorizer = authorizer.AuthorizerFunc(Authorizer{Rules: rules, PeerPaths: peerPaths, PublicPaths: publicPaths, PrivatePaths: cfg.PrivatePaths, PublicWritePaths: cfg.PublicWritePaths}.Authorize)
+	authz := authorizer.AuthorizerFunc(Authorizer{Rules: rules, PeerPaths: peerPaths, PublicPaths: publicPaths, PrivatePaths: cfg.PrivatePaths, PublicWritePaths: cfg.PublicWritePaths, Scopes: parts.Scopes}.Authorize)
+	rc.Authorization.Authorizer = authz
+	if parts.Scopes != nil {
+		// Open watches are judged again by the same rules when bindings
+		// change; writes are judged by the object written.
+		parts.Scopes.SetAuthorizer(authz)
+		rc.AdmissionControl = ScopeAdmission{Scopes: parts.Scopes}
+	}
 	// The loopback client (controllers inside this process) authenticates as a
 	// privileged user with a random token that never leaves the process.
 	genericapiserver.AuthorizeClientBearerToken(rc.LoopbackClientConfig, &rc.Authentication, &rc.Authorization)

@@ -33,8 +33,8 @@ var UserGroups = []string{user.SystemPrivilegedGroup, OperatorsGroup, ViewersGro
 
 // CheckUser refuses a user name or group set that a minted certificate must
 // not carry: a name that claims to be an agent, a bootstrap caller or a
-// server (the authorizer would treat it as one), or a group that is not a
-// built-in role.
+// server (the authorizer would treat it as one), or a group of Muster's or
+// Kubernetes' own that is not a built-in role.
 func CheckUser(name string, groups []string) error {
 	if strings.TrimSpace(name) == "" || len(name) > 64 {
 		return fmt.Errorf("user name %q: give a name of 1 to 64 characters that says who holds the certificate", name)
@@ -48,8 +48,11 @@ func CheckUser(name string, groups []string) error {
 		return fmt.Errorf("no group: give --group with one of %s", strings.Join(UserGroups, ", "))
 	}
 	for _, g := range groups {
-		if !slices.Contains(UserGroups, g) {
-			return fmt.Errorf("group %q grants nothing here: give one of %s", g, strings.Join(UserGroups, ", "))
+		// Muster's and Kubernetes' own groups are the built-in roles or
+		// belong to agents and servers; any other group (a team's) is
+		// what AccessBindings grant to, so it is the binding that decides.
+		if !slices.Contains(UserGroups, g) && (strings.HasPrefix(g, "muster:") || strings.HasPrefix(g, "system:")) {
+			return fmt.Errorf("group %q grants nothing here: give one of %s, or a team's group that an AccessBinding names", g, strings.Join(UserGroups, ", "))
 		}
 	}
 	return nil

@@ -48,6 +48,20 @@ type Console struct {
 	Tokens   Store
 	Sessions *Sessions
 	Now      func() time.Time
+	// Scope, if set, says which clusters a user with cluster-scoped
+	// access (AccessBindings) may see; scoped is false for a user the
+	// built-in roles judge. The console's pages then select those
+	// clusters in every list, as the API requires of such a user.
+	Scope func(user string, groups []string) (clusters []string, scoped bool)
+}
+
+// respond is the session's answer, with the user's scope.
+func (c *Console) respond(w http.ResponseWriter, s Session) {
+	out := sessionResponse{User: s.User, Groups: s.Groups, Expires: s.Expires}
+	if c.Scope != nil {
+		out.Clusters, out.Scoped = c.Scope(s.User, s.Groups)
+	}
+	writeJSON(w, out)
 }
 
 // New returns a console keeping tokens and sessions in their stores.
@@ -127,6 +141,9 @@ type sessionResponse struct {
 	User    string    `json:"user"`
 	Groups  []string  `json:"groups"`
 	Expires time.Time `json:"expires"`
+	// Scoped users see only Clusters (in every list, by spec.cluster).
+	Scoped   bool     `json:"scoped,omitempty"`
+	Clusters []string `json:"clusters,omitempty"`
 }
 
 func (c *Console) cookie(value string, expires time.Time) *http.Cookie {
@@ -179,7 +196,7 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) {
 		}
 		http.SetCookie(w, c.cookie(id, rec.Expires))
 		klog.InfoS("Console sign-in", "user", rec.User, "groups", rec.Groups, "expires", rec.Expires)
-		writeJSON(w, sessionResponse{User: rec.User, Groups: rec.Groups, Expires: rec.Expires})
+		c.respond(w, Session{User: rec.User, Groups: rec.Groups, Expires: rec.Expires})
 	case http.MethodGet:
 		sess, ok := Session{}, false
 		var err error
@@ -194,7 +211,7 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) {
 			fail(w, http.StatusUnauthorized, "not signed in, or the session has expired: sign in with a console token")
 			return
 		}
-		writeJSON(w, sessionResponse{User: sess.User, Groups: sess.Groups, Expires: sess.Expires})
+		c.respond(w, sess)
 	case http.MethodDelete:
 		if ck, err := r.Cookie(CookieName); err == nil {
 			if err := c.Sessions.Delete(r.Context(), ck.Value); err != nil {

@@ -110,6 +110,10 @@ func (j *Join) autoApproved(ctx context.Context, reg *api.ClusterRegistration) (
 	if err != nil {
 		return false, err
 	}
+	// The request belongs to its token's cluster from the start, so that
+	// the team bound to that cluster (an AccessBinding) sees and approves
+	// it, and no other team does.
+	reg.Spec.Cluster = tok.Spec.Cluster
 	return !tok.Spec.ManualApproval, nil
 }
 

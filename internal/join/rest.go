@@ -139,7 +139,7 @@ func grantRoute(reg *api.ClusterRegistration) string {
 // screen), and none of the metadata the server manages.
 func (r *registrationREST) prepare(ctx context.Context, reg *api.ClusterRegistration) error {
 	reg.Spec.NodePassword = ""
-	reg.Spec.TokenID, reg.Spec.MachineUID = "", ""
+	reg.Spec.TokenID, reg.Spec.MachineUID, reg.Spec.Cluster = "", "", ""
 	reg.Spec.NodePasswordHash, reg.Spec.VerifiedNodePassword = "", ""
 	reg.Status = api.ClusterRegistrationStatus{}
 	reg.Finalizers, reg.OwnerReferences = nil, nil

@@ -38,6 +38,7 @@ func NewInformerFactory(o *Objects, client versioned.Interface, options ...infor
 		{&api.MachinePlan{}, o.plans},
 		{&api.NodePassword{}, o.passwords},
 		{&api.ServerEndpoint{}, o.endpoints},
+		{&api.AccessBinding{}, o.bindings},
 	} {
 		lw := listWatch(k.store)
 		factory.InformerFor(k.obj, func(_ versioned.Interface, resync time.Duration) cache.SharedIndexInformer {

@@ -35,7 +35,7 @@ import (
 // Registering), which no API client can do.
 type Objects struct {
 	tokens, machines, plans, clusters, passwords *genericregistry.Store
-	registrations, endpoints                     *genericregistry.Store
+	registrations, endpoints, bindings           *genericregistry.Store
 	tokenStatus, passwordStatus, machineStatus   *StatusREST
 	registrationStatus                           *StatusREST
 }
@@ -49,6 +49,7 @@ func newObjects(byResource map[string]*Storage) *Objects {
 		passwords:      byResource[NodePassword.Resource].store,
 		registrations:  byResource[ClusterRegistration.Resource].store,
 		endpoints:      byResource[ServerEndpoint.Resource].store,
+		bindings:       byResource[AccessBinding.Resource].store,
 		tokenStatus:    byResource[ClusterRegistrationToken.Resource].Status,
 		passwordStatus: byResource[NodePassword.Resource].Status,
 		machineStatus:  byResource[Machine.Resource].Status,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/muster-io/muster/internal/datadir"
 
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
@@ -380,7 +381,30 @@ func run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	api, err := completed.New(apiserver.Parts{Tokens: tokens, Agents: registrationRules, Registrations: joins.Storage})
+	// Roles scoped to clusters: the bindings, and the objects whose
+	// cluster they are judged by, from the informers every server keeps.
+	clusterInf, bindingInf := v.Clusters().Informer(), v.AccessBindings().Informer()
+	planSets, pools := v.MachinePlanSets(), v.MachinePools()
+	synced := []cache.InformerSynced{clusterInf.HasSynced, bindingInf.HasSynced, machines.HasSynced, registrations.HasSynced,
+		tokenCache.Informer().HasSynced, planSets.Informer().HasSynced, pools.Informer().HasSynced}
+	scopes, err := apiserver.NewScopes(apiserver.ScopeConfig{
+		Bindings: bindingInf, Clusters: v.Clusters().Lister(), Machines: v.Machines().Lister(),
+		PlanSets: planSets.Lister(), Pools: pools.Lister(), Tokens: tokenCache.Lister(), Registrations: v.ClusterRegistrations().Lister(),
+		ClusterEvents: clusterInf,
+		Synced: func() bool {
+			for _, s := range synced {
+				if !s() {
+					return false
+				}
+			}
+			return true
+		},
+	})
+	if err != nil {
+		return err
+	}
+	webConsole.Scope = scopes.Visible
+	api, err := completed.New(apiserver.Parts{Tokens: tokens, Agents: registrationRules, Registrations: joins.Storage, Scopes: scopes})
 	if err != nil {
 		return err
 	}

@@ -97,6 +97,31 @@ function route() {
   else stopView = fleetPage(view);
 }
 
+// A user with cluster-scoped access (session.scoped) may list these
+// collections only with their clusters selected (spec.cluster=NAME): the
+// console keeps one list and watch per cluster and shows their union.
+const SCOPED_FIELD = { machines: 'spec.cluster', machinepools: 'spec.cluster', machineplansets: 'spec.cluster', clusterregistrations: 'spec.cluster', clusterregistrationtokens: 'spec.cluster' };
+
+function watchScoped(path, params, onChange, onError) {
+  const field = SCOPED_FIELD[path.split('/').pop()];
+  if (!session || !session.scoped || !field || (params.fieldSelector || '').includes(field + '=')) return watchList(path, params, onChange, onError);
+  const parts = new Map();
+  const stops = [];
+  const clusters = session.clusters || [];
+  for (const c of clusters) {
+    const p = Object.assign({}, params);
+    p.fieldSelector = (p.fieldSelector ? p.fieldSelector + ',' : '') + field + '=' + c;
+    stops.push(watchList(path, p, (items, names) => {
+      parts.set(c, items);
+      const all = new Map();
+      for (const m of parts.values()) for (const [k, v] of m) all.set(k, v);
+      onChange(all, names);
+    }, onError));
+  }
+  if (!clusters.length) onChange(new Map(), true);
+  return () => { for (const stop of stops) stop(); };
+}
+
 // watchList keeps `items` (a Map by name) in step with a collection: a
 // paged list, then a streaming watch from its resourceVersion (newline-
 // delimited JSON over fetch), re-listing when the watch is too old.
@@ -314,7 +339,7 @@ function fleetPage(view) {
     if (fields.length) params.fieldSelector = fields.join(',');
     filtered = Object.keys(params).length > 0;
     resort = true;
-    stop = watchList(API + '/machines', params, (items, names) => { if (names) resort = true; render(items); }, (e) => { live.textContent = ''; total.textContent = e.message; });
+    stop = watchScoped(API + '/machines', params, (items, names) => { if (names) resort = true; render(items); }, (e) => { live.textContent = ''; total.textContent = e.message; });
   }
   phase.addEventListener('change', restart);
   cluster.addEventListener('keydown', (e) => { if (e.key === 'Enter') restart(); });
@@ -405,7 +430,7 @@ function machinePage(view, name) {
     } catch (e) { /* shown by the other views */ }
   };
   const sel = { fieldSelector: 'metadata.name=' + name };
-  const s1 = watchList(API + '/machines', sel, throttle((items) => { drawMachine(items.get(name)); drawEvents(); loadHistory(items.get(name)); }), (e) => status.replaceChildren(el('p', { class: 'error', text: e.message })));
+  const s1 = watchScoped(API + '/machines', sel, throttle((items) => { drawMachine(items.get(name)); drawEvents(); loadHistory(items.get(name)); }), (e) => status.replaceChildren(el('p', { class: 'error', text: e.message })));
   const s2 = watchList(API + '/machineplans', sel, throttle((items) => drawPlan(items.get(name))), (e) => plan.replaceChildren(el('p', { class: 'error', text: e.message })));
   return () => { s1(); s2(); };
 }
@@ -452,7 +477,7 @@ function registrationsPage(view) {
     box.replaceChildren(pending.length ? t : el('p', { class: 'muted', text: 'No registration is waiting for approval.' }));
     box.dataset.count = String(pending.length);
   });
-  return watchList(API + '/clusterregistrations', {}, render, (e) => { note.textContent = e.message; });
+  return watchScoped(API + '/clusterregistrations', {}, render, (e) => { note.textContent = e.message; });
 }
 
 function patchOpts(ph) {
@@ -603,11 +628,12 @@ function tokensPage(view) {
     form.hidden = !ok;
     if (!ok) return;
     try {
-      const cl = await api(API + '/clusters?limit=500');
-      clusters.replaceChildren(...(cl.items || []).map((c) => el('option', { value: c.metadata.name })));
+      // A scoped user's clusters are in the session: they may not list all.
+      const names = session && session.scoped ? (session.clusters || []) : ((await api(API + '/clusters?limit=500')).items || []).map((c) => c.metadata.name);
+      clusters.replaceChildren(...names.map((n) => el('option', { value: n })));
     } catch (_) { /* the cluster is typed then */ }
   })();
-  return watchList(API + '/clusterregistrationtokens', {}, render, (e) => {
+  return watchScoped(API + '/clusterregistrationtokens', {}, render, (e) => {
     note.textContent = e.status === 403 ? 'Join tokens are shown to operators (group muster:operators): ' + e.message : e.message;
   });
 }
@@ -685,8 +711,8 @@ function rolloutsPage(view) {
     pools.replaceChildren(all.length ? t : el('p', { class: 'muted', text: 'No machine pools.' }));
   });
 
-  const s1 = watchList(API + '/machineplansets', {}, drawSets, (e) => { note.textContent = e.message; });
-  const s2 = watchList(API + '/machinepools', {}, drawPools, (e) => { note.textContent = e.message; });
+  const s1 = watchScoped(API + '/machineplansets', {}, drawSets, (e) => { note.textContent = e.message; });
+  const s2 = watchScoped(API + '/machinepools', {}, drawPools, (e) => { note.textContent = e.message; });
   return () => { s1(); s2(); };
 }
 

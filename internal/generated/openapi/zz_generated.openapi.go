@@ -25,6 +25,12 @@ import (
 
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
+		v1alpha1.AccessBinding{}.OpenAPIModelName():                  schema_pkg_apis_muster_v1alpha1_AccessBinding(ref),
+		v1alpha1.AccessBindingList{}.OpenAPIModelName():              schema_pkg_apis_muster_v1alpha1_AccessBindingList(ref),
+		v1alpha1.AccessBindingSpec{}.OpenAPIModelName():              schema_pkg_apis_muster_v1alpha1_AccessBindingSpec(ref),
+		v1alpha1.AccessBindingStatus{}.OpenAPIModelName():            schema_pkg_apis_muster_v1alpha1_AccessBindingStatus(ref),
+		v1alpha1.AccessScope{}.OpenAPIModelName():                    schema_pkg_apis_muster_v1alpha1_AccessScope(ref),
+		v1alpha1.AccessSubject{}.OpenAPIModelName():                  schema_pkg_apis_muster_v1alpha1_AccessSubject(ref),
 		v1alpha1.AgentUpgrade{}.OpenAPIModelName():                   schema_pkg_apis_muster_v1alpha1_AgentUpgrade(ref),
 		v1alpha1.Cluster{}.OpenAPIModelName():                        schema_pkg_apis_muster_v1alpha1_Cluster(ref),
 		v1alpha1.ClusterAPICredential{}.OpenAPIModelName():           schema_pkg_apis_muster_v1alpha1_ClusterAPICredential(ref),
@@ -386,6 +392,243 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		runtime.Unknown{}.OpenAPIModelName():                         schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
 		intstr.IntOrString{}.OpenAPIModelName():                      schema_apimachinery_pkg_util_intstr_IntOrString(ref),
 		version.Info{}.OpenAPIModelName():                            schema_k8sio_apimachinery_pkg_version_Info(ref),
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_AccessBinding(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AccessBinding gives users and groups a role on some clusters: the Machines, MachinePlans, MachinePlanSets, MachinePools, ClusterRegistrations, join tokens, Events and history of those clusters, and their machines' tunnels and Kubernetes API. It is Rancher's cluster role binding: a team sees and runs its own clusters and nothing else. A binding takes effect at once, on open watches too: a watch whose authority a change withdraws ends. Whoever writes a binding must hold what it grants (Admin on all of its scope, or system:masters).",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Spec is who gets which role on which clusters.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.AccessBindingSpec{}.OpenAPIModelName()),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Status is unused; kept so that every kind has the same shape.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.AccessBindingStatus{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.AccessBindingSpec{}.OpenAPIModelName(), v1alpha1.AccessBindingStatus{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_AccessBindingList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AccessBindingList is a list of AccessBindings.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard list metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Items are the bindings.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.AccessBinding{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.AccessBinding{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_AccessBindingSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AccessBindingSpec is a binding's grant.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"subjects": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Subjects are the users and groups the binding grants to.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.AccessSubject{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"role": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Role is Viewer, Operator or Admin.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"scope": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Scope is which clusters the role reaches.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.AccessScope{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"subjects", "role", "scope"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.AccessScope{}.OpenAPIModelName(), v1alpha1.AccessSubject{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_AccessBindingStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AccessBindingStatus is empty.",
+				Type:        []string{"object"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_AccessScope(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AccessScope is a set of clusters: exactly one of its fields is set.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"allClusters": {
+						SchemaProps: spec.SchemaProps{
+							Description: "AllClusters reaches every cluster, present and future, and what belongs to none (join tokens bound to no cluster, registrations made with them): the role as its built-in group holds it.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"clusters": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Clusters names the clusters, whether or not they exist yet.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"clusterSelector": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ClusterSelector selects clusters by their labels, as they are at the time of each request.",
+							Ref:         ref(metav1.LabelSelector{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			metav1.LabelSelector{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_AccessSubject(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AccessSubject is one user or group.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is User or Group.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name is the user name or group name, exactly as authenticated.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"kind", "name"},
+			},
+		},
 	}
 }
 
@@ -780,6 +1023,13 @@ func schema_pkg_apis_muster_v1alpha1_ClusterRegistrationSpec(ref common.Referenc
 					"tokenID": {
 						SchemaProps: spec.SchemaProps{
 							Description: "TokenID is the name of the ClusterRegistrationToken the request was made with; set by the server from the authenticated credential.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"cluster": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Cluster is set by the server: the cluster of the join token the request was made with, if it is bound to one, so that the request belongs to that cluster's team before it is granted (an AccessBinding's scope). Whatever a client sends is replaced.",
 							Type:        []string{"string"},
 							Format:      "",
 						},

@@ -43,8 +43,23 @@ func ClusterRegistrationFields(o *ClusterRegistration) fields.Set {
 		"spec.clientID": o.Spec.ClientID,
 		"spec.nodeName": o.Spec.NodeName,
 		"spec.tokenID":  o.Spec.TokenID,
+		"spec.cluster":  o.ClusterName(),
 		"status.phase":  string(o.Status.Phase),
 	})
+}
+
+// ClusterName is the cluster a registration belongs to: the one it joined,
+// or, while it waits, the one its join token is bound to ("" for neither).
+func (o *ClusterRegistration) ClusterName() string {
+	if o.Status.Cluster != "" {
+		return o.Status.Cluster
+	}
+	return o.Spec.Cluster
+}
+
+// AccessBindingFields returns the selectable fields of an AccessBinding.
+func AccessBindingFields(o *AccessBinding) fields.Set {
+	return objectMetaFields(o.Name)
 }
 
 // MachineFields returns the selectable fields of a Machine.
@@ -100,6 +115,7 @@ func selectableFieldKeys() map[string]fields.Set {
 		"ControllerLease":          ControllerLeaseFields(&ControllerLease{}),
 		"MachinePool":              MachinePoolFields(&MachinePool{}),
 		"MachinePlanSet":           MachinePlanSetFields(&MachinePlanSet{}),
+		"AccessBinding":            AccessBindingFields(&AccessBinding{}),
 	}
 }
 

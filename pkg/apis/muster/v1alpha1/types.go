@@ -340,6 +340,12 @@ type ClusterRegistrationSpec struct {
 	// with; set by the server from the authenticated credential.
 	// +optional
 	TokenID string `json:"tokenID,omitempty"`
+	// Cluster is set by the server: the cluster of the join token the
+	// request was made with, if it is bound to one, so that the request
+	// belongs to that cluster's team before it is granted (an
+	// AccessBinding's scope). Whatever a client sends is replaced.
+	// +optional
+	Cluster string `json:"cluster,omitempty"`
 	// AgentVersion is the version of the registering agent; a Machine created
 	// for the request starts with it, so the agent need not check in again.
 	// +optional

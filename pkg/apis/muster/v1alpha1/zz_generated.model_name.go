@@ -12,6 +12,36 @@ Licensed under the Apache License, Version 2.0.
 package v1alpha1
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in AccessBinding) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.AccessBinding"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in AccessBindingList) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.AccessBindingList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in AccessBindingSpec) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.AccessBindingSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in AccessBindingStatus) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.AccessBindingStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in AccessScope) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.AccessScope"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in AccessSubject) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.AccessSubject"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in AgentUpgrade) OpenAPIModelName() string {
 	return "io.muster.v1alpha1.AgentUpgrade"
 }

@@ -43,6 +43,8 @@ func (f *genericInformer) Lister() cache.GenericLister {
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
 	// Group=muster.io, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithResource("accessbindings"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Muster().V1alpha1().AccessBindings().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("clusters"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Muster().V1alpha1().Clusters().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("clusterregistrations"):

@@ -8,6 +8,10 @@ Licensed under the Apache License, Version 2.0.
 
 package v1alpha1
 
+// AccessBindingListerExpansion allows custom methods to be added to
+// AccessBindingLister.
+type AccessBindingListerExpansion interface{}
+
 // ClusterListerExpansion allows custom methods to be added to
 // ClusterLister.
 type ClusterListerExpansion interface{}

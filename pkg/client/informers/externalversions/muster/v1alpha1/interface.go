@@ -14,6 +14,8 @@ import (
 
 // Interface provides access to all the informers in this group version.
 type Interface interface {
+	// AccessBindings returns a AccessBindingInformer.
+	AccessBindings() TypedAccessBindingInformer
 	// Clusters returns a ClusterInformer.
 	Clusters() TypedClusterInformer
 	// ClusterRegistrations returns a ClusterRegistrationInformer.
@@ -45,6 +47,11 @@ type version struct {
 // New returns a new Interface.
 func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakListOptions internalinterfaces.TweakListOptionsFunc) Interface {
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
+}
+
+// AccessBindings returns a TypedAccessBindingInformer.
+func (v *version) AccessBindings() TypedAccessBindingInformer {
+	return &accessBindingInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
 // Clusters returns a TypedClusterInformer.

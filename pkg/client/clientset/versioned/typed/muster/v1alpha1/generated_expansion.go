@@ -8,6 +8,8 @@ Licensed under the Apache License, Version 2.0.
 
 package v1alpha1
 
+type AccessBindingExpansion interface{}
+
 type ClusterExpansion interface{}
 
 type ClusterRegistrationExpansion interface{}

@@ -18,6 +18,7 @@ import (
 
 type MusterV1alpha1Interface interface {
 	RESTClient() rest.Interface
+	AccessBindingsGetter
 	ClustersGetter
 	ClusterRegistrationsGetter
 	ClusterRegistrationTokensGetter
@@ -33,6 +34,10 @@ type MusterV1alpha1Interface interface {
 // MusterV1alpha1Client is used to interact with features provided by the muster.io group.
 type MusterV1alpha1Client struct {
 	restClient rest.Interface
+}
+
+func (c *MusterV1alpha1Client) AccessBindings() AccessBindingInterface {
+	return newAccessBindings(c)
 }
 
 func (c *MusterV1alpha1Client) Clusters() ClusterInterface {

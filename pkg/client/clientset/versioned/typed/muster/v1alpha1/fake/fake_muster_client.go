@@ -18,6 +18,10 @@ type FakeMusterV1alpha1 struct {
 	*testing.Fake
 }
 
+func (c *FakeMusterV1alpha1) AccessBindings() v1alpha1.AccessBindingInterface {
+	return newFakeAccessBindings(c)
+}
+
 func (c *FakeMusterV1alpha1) Clusters() v1alpha1.ClusterInterface {
 	return newFakeClusters(c)
 }
