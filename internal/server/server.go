@@ -16,9 +16,11 @@ import (
 
 	"github.com/muster-io/muster/internal/datadir"
 
+	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
+	"github.com/muster-io/muster/internal/auditpolicy"
 	"github.com/muster-io/muster/internal/console"
 	"github.com/muster-io/muster/internal/driver"
 	"github.com/muster-io/muster/internal/encryption"
@@ -126,6 +128,11 @@ type Config struct {
 	// SnapshotS3 is the object storage scheduled snapshots are uploaded
 	// to as well, SnapshotRetention of them kept there; none without a bucket.
 	SnapshotS3 s3store.Config
+
+	// Audit is the apiserver's audit (--audit-* flags, as kube-apiserver
+	// spells them); nil or without a backend records nothing. With a
+	// backend and no policy file, internal/auditpolicy's default applies.
+	Audit *genericoptions.AuditOptions
 }
 
 // ProcessDriverDefaultDir is where the process driver keeps its machines
@@ -324,7 +331,11 @@ func run(ctx context.Context, cfg Config) error {
 	// built on them (the informers served from them in process, the join,
 	// the token authenticator and the agent authorizer), each whole, and
 	// the API server last, from them.
+	if err := auditpolicy.Resolve(cfg.Audit, layout.AuditPolicy); err != nil {
+		return err
+	}
 	completed, err := apiserver.Config{
+		Audit:           cfg.Audit,
 		BindAddress:     bind,
 		Port:            cfg.HTTPSPort,
 		ServingCertFile: state.Files.ServingCert,
