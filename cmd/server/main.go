@@ -26,6 +26,7 @@ import (
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/logformat"
 	"github.com/muster-io/muster/internal/manifests"
+	"github.com/muster-io/muster/internal/notify"
 	"github.com/muster-io/muster/internal/server"
 	"github.com/muster-io/muster/internal/version"
 )
@@ -131,6 +132,9 @@ certificate, a server token and an admin kubeconfig there.`,
 	// audit log that grows without bound fills the server's disk.
 	cfg.Audit.LogOptions.MaxSize, cfg.Audit.LogOptions.MaxBackups, cfg.Audit.LogOptions.MaxAge = 100, 10, 30
 	cfg.Audit.AddFlags(fl)
+
+	// Notifications (NotificationSubscriptions, internal/notify).
+	fl.DurationVar(&cfg.NotifyMaxBackoff, "notification-max-backoff", notify.DefaultMaxBackoff, "longest wait between retries of a notification its receiver failed (the waits double from 1s up to it); a receiver back from an outage gets its events within this")
 
 	// Datastore operations: the transition history.
 	fl.BoolVar(&cfg.History, "transition-history", true, "keep every transition of every object in the datastore's muster_transitions table (muster-server history); SQLite and PostgreSQL only")

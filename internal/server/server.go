@@ -32,6 +32,7 @@ import (
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/liveness"
 	"github.com/muster-io/muster/internal/metrics"
+	"github.com/muster-io/muster/internal/notify"
 	"github.com/muster-io/muster/internal/registry"
 	"github.com/muster-io/muster/internal/snapshot"
 	"github.com/muster-io/muster/internal/snapshot/s3store"
@@ -133,6 +134,11 @@ type Config struct {
 	// spells them); nil or without a backend records nothing. With a
 	// backend and no policy file, internal/auditpolicy's default applies.
 	Audit *genericoptions.AuditOptions
+
+	// NotifyInitialBackoff and NotifyMaxBackoff bound the waits between
+	// retries of a notification its receiver failed (internal/notify);
+	// zero for its defaults.
+	NotifyInitialBackoff, NotifyMaxBackoff time.Duration
 }
 
 // ProcessDriverDefaultDir is where the process driver keeps its machines
@@ -316,6 +322,7 @@ func run(ctx context.Context, cfg Config) error {
 	returns := lifecycle.NewReturns()
 	tracker := liveness.New(liveness.Options{OnReturn: returns.Notify, ReportTunnels: hub.Opened})
 	metrics.Register()
+	notify.RegisterMetrics()
 	metrics.SetConnectedAgents(func() int { return tracker.Connected(metrics.ConnectedWindow) })
 	metrics.SetTunnels(hub.Len)
 	tunnels := &serve.Server{Hub: hub, Events: recorder, LastSeen: tracker.LastSeen, Forwarding: &serve.Forwarding{

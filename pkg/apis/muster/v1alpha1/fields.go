@@ -87,6 +87,11 @@ func MachinePlanSetFields(o *MachinePlanSet) fields.Set {
 	return merge(objectMetaFields(o.Name), fields.Set{"spec.cluster": o.Spec.Cluster})
 }
 
+// NotificationSubscriptionFields returns the selectable fields of a NotificationSubscription.
+func NotificationSubscriptionFields(o *NotificationSubscription) fields.Set {
+	return objectMetaFields(o.Name)
+}
+
 // selectableFieldKeys derives each kind's accepted keys from the functions above.
 func selectableFieldKeys() map[string]fields.Set {
 	return map[string]fields.Set{
@@ -100,6 +105,7 @@ func selectableFieldKeys() map[string]fields.Set {
 		"ControllerLease":          ControllerLeaseFields(&ControllerLease{}),
 		"MachinePool":              MachinePoolFields(&MachinePool{}),
 		"MachinePlanSet":           MachinePlanSetFields(&MachinePlanSet{}),
+		"NotificationSubscription": NotificationSubscriptionFields(&NotificationSubscription{}),
 	}
 }
 

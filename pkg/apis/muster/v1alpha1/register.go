@@ -46,6 +46,7 @@ func knownTypes() []runtime.Object {
 		&ControllerLease{}, &ControllerLeaseList{},
 		&MachinePool{}, &MachinePoolList{},
 		&MachinePlanSet{}, &MachinePlanSetList{},
+		&NotificationSubscription{}, &NotificationSubscriptionList{},
 	}
 }
 

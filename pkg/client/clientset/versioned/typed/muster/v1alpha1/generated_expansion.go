@@ -26,4 +26,6 @@ type MachinePoolExpansion interface{}
 
 type NodePasswordExpansion interface{}
 
+type NotificationSubscriptionExpansion interface{}
+
 type ServerEndpointExpansion interface{}
