@@ -254,6 +254,26 @@ spec:
 		}
 	}
 
+	// Rotation (--audit-log-maxsize 1): a megabyte and more of records
+	// (refused deletes with long URIs, each one Metadata record) moves the
+	// log to a backup, which keeps the log's 0600.
+	pad := strings.Repeat("p", 7000)
+	for i := 0; i < 170; i++ {
+		if code, _ := adminRequest(t, s, "DELETE", fmt.Sprintf("/apis/muster.io/v1alpha1/machines/none-%d?pad=%s", i, pad)); code != http.StatusNotFound {
+			t.Fatalf("padding delete: %d, want 404", code)
+		}
+	}
+	var backups []string
+	waitFor(t, 30*time.Second, "a rotated audit log", func() bool {
+		backups, _ = filepath.Glob(filepath.Join(auditDir, "audit-*.log"))
+		return len(backups) > 0
+	})
+	for _, f := range append(backups, auditLog) {
+		if fi, err := os.Stat(f); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("audit log file %s: %v, mode %v; want 0600", f, err, fi.Mode())
+		}
+	}
+
 	events, logText := readAuditDir(t, auditDir)
 	// Nothing of the agent's routine: no status report, no read, no watch.
 	for _, e := range events {

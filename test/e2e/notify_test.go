@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -232,4 +233,58 @@ func TestNotificationsQueueBound(t *testing.T) {
 		out, _ := s.kubectl("get", "notificationsubscription", "nowhere", "-o", "jsonpath={.status.dropped} {.status.queued} {.status.lastError}")
 		return strings.HasPrefix(out, fmt.Sprintf("%d 5 ", n-5)) && strings.Contains(out, "connection refused")
 	})
+}
+
+// BenchmarkNotificationLatency: from a registration's create (a transition
+// to RegistrationPending) to a real HTTPS receiver, checking the HMAC,
+// holding the CloudEvent: 200 registrations one after another, SQLite.
+func BenchmarkNotificationLatency(b *testing.B) {
+	const n = 200
+	var lat []time.Duration
+	for i := 0; i < b.N; i++ {
+		key := "k-" + randomHex(24)
+		hook := receiver.Start(b, key)
+		s := startServer(b, "")
+		ca, err := os.ReadFile(hook.CAFile)
+		if err != nil {
+			b.Fatal(err)
+		}
+		obj, _ := json.Marshal(map[string]any{
+			"apiVersion": "muster.io/v1alpha1", "kind": "NotificationSubscription", "metadata": map[string]any{"name": "bench"},
+			"spec": map[string]any{"url": hook.URL + "/events", "caBundle": string(ca), "events": []string{string(api.NotifyRegistrationPending)}, "signingKey": key},
+		})
+		f := filepath.Join(b.TempDir(), "sub.json")
+		if err := os.WriteFile(f, obj, 0o600); err != nil {
+			b.Fatal(err)
+		}
+		if out, err := kubectlAs(s.kubeconfig(), "apply", "-f", f); err != nil {
+			b.Fatalf("%v\n%s", err, out)
+		}
+		manual := strings.TrimSpace(mustRun(b, serverBin, "token", "create", "--manual-approval", "--data-dir", s.dataDir))
+		c := tokenClient(s, manual)
+		created := map[string]time.Time{}
+		for k := 0; k < n; k++ {
+			start := time.Now()
+			r, err := newJoiner(fmt.Sprintf("lat-%d", k)).register(context.Background(), c, metav1.CreateOptions{}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			created["clusterregistrations/"+r.Name] = start
+		}
+		waitFor(b, 2*time.Minute, "every event at the receiver", func() bool { return len(hook.Records()) >= n })
+		for _, rec := range hook.Records() {
+			var e cloudEventOf
+			if err := json.Unmarshal(rec.Body, &e); err != nil {
+				b.Fatal(err)
+			}
+			if start, ok := created[e.Subject]; ok {
+				lat = append(lat, rec.Time.Sub(start))
+			}
+		}
+		s.stop()
+		hook.Stop()
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[(len(lat)*99)/100].Microseconds())/1000, "p99-ms")
 }
