@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/muster-io/muster/internal/testenv/receiver"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
 // auditEvent is what the test reads of an audit.k8s.io/v1 Event.
@@ -92,11 +93,12 @@ func webhookEvents(r *receiver.Receiver) []auditEvent {
 // kube-apiserver's audit flags and only a log path and a webhook (so the
 // default policy) records, in a rotated 0600 log and at a real HTTPS
 // receiver, a scenario's token create (with its request, the secret's
-// hash but not the secret), join, plan change, exec through the tunnel and
-// console sign-in and write, and none of the agent's status reports or
-// watches; and no secret the scenario used (the join token, the node
-// password, the plan's secret, the console token and its session cookie)
-// is anywhere in the log or what the webhook got. (A role binding change,
+// hash but not the secret), join, plan change, exec through the tunnel,
+// console sign-in and write and notification subscription, and none of the
+// agent's status reports or watches; and no secret the scenario used (the
+// join token, the node password, the plan's secret, the console token and
+// its session cookie, the subscription's signing key) is anywhere in the
+// log, its rotated backups or what the webhook got. (A role binding change,
 // the fourth step, waits for the binding kind, which another
 // branch adds.)
 func TestAuditTrail(t *testing.T) {
@@ -207,6 +209,10 @@ spec:
 	}
 	resp.Body.Close()
 
+	// 5. A notification subscription, whose signing key is a secret too.
+	signingKey := "sk-" + randomHex(24)
+	applySubscription(t, operator, "audited", "https://127.0.0.1:9/hook", "", signingKey, 0, api.NotifyMachineFailed)
+
 	// Every step has its record, in the log and at the webhook.
 	tokenID := tokenID(token)
 	type want struct {
@@ -233,6 +239,9 @@ spec:
 		}},
 		{"the console's write, by carol", func(e auditEvent) bool {
 			return e.Verb == "patch" && e.ObjectRef != nil && e.ObjectRef.Resource == "machines" && e.User.Username == "carol"
+		}},
+		{"the subscription's creation, by otto", func(e auditEvent) bool {
+			return e.Verb == "create" && e.ObjectRef != nil && e.ObjectRef.Resource == "notificationsubscriptions" && e.User.Username == "otto" && e.Level == "Metadata"
 		}},
 	}
 	for _, source := range []struct {
@@ -297,6 +306,7 @@ spec:
 		"the plan's secret":          planSecret,
 		"the console token":          consoleTok,
 		"the console session cookie": cookie.Value,
+		"the subscription's key":     signingKey,
 	} {
 		if strings.Contains(logText, secret) {
 			t.Errorf("%s is in the audit log", name)
