@@ -294,3 +294,47 @@ func BenchmarkNotificationLatency(b *testing.B) {
 	b.ReportMetric(float64(seen[len(seen)/2].Microseconds())/1000, "seen-p50-ms")
 	b.ReportMetric(float64(seen[(len(seen)*99)/100].Microseconds())/1000, "seen-p99-ms")
 }
+
+// TestNotificationsTransitions: the rollout and machine transitions reach
+// a real receiver as their CloudEvents — a plan set whose new revision
+// fails pauses and reverts (autoRevert), and a machine whose plan fails
+// for good is Failed. (A pool short of replicas is covered by the unit
+// test of the transitions, internal/notify TestTransitions.)
+func TestNotificationsTransitions(t *testing.T) {
+	t.Parallel()
+	key := "k-" + randomHex(24)
+	hook := receiver.Start(t, key)
+	s := startServer(t, "")
+	applySubscription(t, s.kubeconfig(), "all", hook.URL+"/events", hook.CAFile, key, 0, api.NotificationEvents...)
+	token := newToken(t, s)
+	rolloutAgents(t, s, token, map[string][]string{"nt-1": {"role=notify"}, "nt-2": {"role=notify"}})
+	strategy := "  strategy: {maxUnavailable: 1, autoRevert: true}\n"
+	applySet(t, s, setDoc("rv", "role: notify", "v1", strategy))
+	waitSetCondition(t, s, "rv", "Complete", "True")
+	applySet(t, s, strings.Replace(setDoc("rv", "role: notify", "bad", strategy), "printf", "exit 3; printf", 1))
+
+	fail := startAgent(t, s, t.TempDir(), "--token", token, "--node-name", "nt-fail")
+	fail.waitOutput("running as machine nt-fail", 60*time.Second)
+	applyPlan(t, s, "nt-fail", "  maxFailures: 1\n  instructions:\n  - name: fail\n    command: /bin/false\n")
+	waitPhase(t, s, "nt-fail", "Failed", 60*time.Second)
+
+	want := map[string]string{
+		"io.muster.rolloutpaused":   "machineplansets/rv",
+		"io.muster.rolloutreverted": "machineplansets/rv",
+		"io.muster.machinefailed":   "machines/nt-fail",
+	}
+	waitFor(t, 90*time.Second, "the rollout's and the machine's events at the receiver", func() bool {
+		got := map[string]bool{}
+		for _, e := range receivedEvents(t, hook) {
+			if want[e.Type] == e.Subject {
+				got[e.Type] = true
+			}
+		}
+		return len(got) == len(want)
+	})
+	for _, e := range receivedEvents(t, hook) {
+		if e.Type == "io.muster.rolloutreverted" && (e.Data["failedRevision"] == "" || e.Data["revertedTo"] == "") {
+			t.Errorf("the revert event does not say which revision failed and which it went back to: %+v", e.Data)
+		}
+	}
+}
