@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -298,8 +299,7 @@ func BenchmarkNotificationLatency(b *testing.B) {
 // TestNotificationsTransitions: the rollout and machine transitions reach
 // a real receiver as their CloudEvents — a plan set whose new revision
 // fails pauses and reverts (autoRevert), and a machine whose plan fails
-// for good is Failed. (A pool short of replicas is covered by the unit
-// test of the transitions, internal/notify TestTransitions.)
+// for good is Failed. (A pool short of replicas: TestNotificationsPoolShort.)
 func TestNotificationsTransitions(t *testing.T) {
 	t.Parallel()
 	key := "k-" + randomHex(24)
@@ -337,4 +337,41 @@ func TestNotificationsTransitions(t *testing.T) {
 			t.Errorf("the revert event does not say which revision failed and which it went back to: %+v", e.Data)
 		}
 	}
+}
+
+// TestNotificationsPoolShort: a pool whose one machine's agent dies is
+// short of replicas, and the receiver is told so.
+func TestNotificationsPoolShort(t *testing.T) {
+	t.Parallel()
+	key := "k-" + randomHex(24)
+	hook := receiver.Start(t, key)
+	s := startServer(t, "", processDriver, "--agent-silence-threshold", "4s")
+	killPoolAgentsAtEnd(t, s)
+	applySubscription(t, s.kubeconfig(), "pools", hook.URL+"/events", hook.CAFile, key, 0, api.NotifyPoolShort)
+	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
+	applyPool(t, s, `apiVersion: muster.io/v1alpha1
+kind: MachinePool
+metadata:
+  name: short
+spec:
+  cluster: edge-east
+  replicas: 1
+  template:
+    driver: process
+`)
+	waitFor(t, 120*time.Second, "the pool's machine Running, the pool full", func() bool {
+		out, _ := s.kubectl("get", "machinepool", "short", "-o", "jsonpath={.status.readyReplicas}")
+		return out == "1"
+	})
+	for _, pid := range poolAgents(s) {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}
+	waitFor(t, 90*time.Second, "the PoolShort event at the receiver", func() bool {
+		for _, e := range receivedEvents(t, hook) {
+			if e.Type == "io.muster.poolshort" && e.Subject == "machinepools/short" && e.Data["replicas"] == "1" && e.Data["readyReplicas"] == "0" {
+				return true
+			}
+		}
+		return false
+	})
 }
