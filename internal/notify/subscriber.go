@@ -179,15 +179,15 @@ func (s *subscriber) run(ctx context.Context) {
 			s.status.Delivered++
 			s.status.LastError = ""
 			s.status.LastDelivered = &metav1.Time{Time: now}
-			n := len(s.queue)
+			n, limit := len(s.queue), s.limit
 			s.status.Queued = int32(n)
-			if n < s.limit {
+			if n < limit {
 				s.overflowing = false
 			}
 			s.changed = true
 			s.mu.Unlock()
 			s.obs.delivered(s.name, latency)
-			s.obs.queueLength(s.name, n, s.limit)
+			s.obs.queueLength(s.name, n, limit)
 			continue
 		}
 		s.mu.Lock()
