@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/component-base/cli"
 	"k8s.io/klog/v2"
 
@@ -24,6 +26,7 @@ import (
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/logformat"
 	"github.com/muster-io/muster/internal/manifests"
+	"github.com/muster-io/muster/internal/notify"
 	"github.com/muster-io/muster/internal/server"
 	"github.com/muster-io/muster/internal/version"
 )
@@ -33,7 +36,7 @@ func main() {
 }
 
 func newRootCommand() *cobra.Command {
-	cfg := server.Config{}
+	cfg := server.Config{Audit: genericoptions.NewAuditOptions()}
 	var endpointFile, tokenFile, logFormat string
 	cmd := &cobra.Command{
 		Use:   "muster-server",
@@ -62,6 +65,9 @@ certificate, a server token and an admin kubeconfig there.`,
 			}
 			if err := checkHostAgentFlags(cfg); err != nil {
 				return err
+			}
+			if errs := cfg.Audit.Validate(); len(errs) > 0 {
+				return fmt.Errorf("audit flags: %v (kube-apiserver's --audit-* flags: see docs/security.md, \"Audit\")", errors.Join(errs...))
 			}
 			return server.Run(genericapiserver.SetupSignalContext(), cfg)
 		},
@@ -118,6 +124,17 @@ certificate, a server token and an admin kubeconfig there.`,
 	// Aggregated mode: behind a kube-apiserver (docs/aggregated.md).
 	fl.StringVar(&cfg.AuthenticationKubeconfig, "authentication-kubeconfig", "", "aggregated mode: kubeconfig of the kube-apiserver that authenticates the users its aggregator sends (front-proxy headers, TokenReview)")
 	fl.StringVar(&cfg.AuthorizationKubeconfig, "authorization-kubeconfig", "", "aggregated mode: kubeconfig of the kube-apiserver that authorizes those users (SubjectAccessReview)")
+
+	// Audit: kube-apiserver's own flags and backends (k8s.io/apiserver);
+	// with a backend and no --audit-policy-file, Muster's default policy
+	// (internal/auditpolicy).
+	// Unlike kube-apiserver, a log is rotated unless told otherwise: an
+	// audit log that grows without bound fills the server's disk.
+	cfg.Audit.LogOptions.MaxSize, cfg.Audit.LogOptions.MaxBackups, cfg.Audit.LogOptions.MaxAge = 100, 10, 30
+	cfg.Audit.AddFlags(fl)
+
+	// Notifications (NotificationSubscriptions, internal/notify).
+	fl.DurationVar(&cfg.NotifyMaxBackoff, "notification-max-backoff", notify.DefaultMaxBackoff, "longest wait between retries of a notification its receiver failed (the waits double from 1s up to it); a receiver back from an outage gets its events within this")
 
 	// Datastore operations: the transition history.
 	fl.BoolVar(&cfg.History, "transition-history", true, "keep every transition of every object in the datastore's muster_transitions table (muster-server history); SQLite and PostgreSQL only")

@@ -51,7 +51,7 @@ var withheld = append(slices.Clone(reachMachine), api.SecretsSubresource)
 
 // readable is what viewers and operators may read. Join tokens and node
 // passwords are absent: their objects hold hashes of secrets.
-var readable = []string{"clusters", "clusterregistrations", "machines", "machineplans", "machineplansets", "machinepools", "serverendpoints", "controllerleases"}
+var readable = []string{"clusters", "clusterregistrations", "machines", "machineplans", "machineplansets", "machinepools", "serverendpoints", "controllerleases", "notificationsubscriptions"}
 
 // roleGrants is every built-in role's permission, in one table.
 var roleGrants = func() []roleGrant {
@@ -80,6 +80,10 @@ var roleGrants = func() []roleGrant {
 		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machineplans", subresource: api.SecretsSubresource, verbs: []string{"get"}},
 		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machineplansets", subresource: api.SecretsSubresource, verbs: []string{"get"}},
 		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machinepools", subresource: "", verbs: writeVerbs},
+		// Who is told of the fleet's troubles, and the key that signs the
+		// events: operators choose and hold it; viewers read it redacted.
+		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "notificationsubscriptions", subresource: "", verbs: writeVerbs},
+		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "notificationsubscriptions", subresource: api.SecretsSubresource, verbs: []string{"get"}},
 		// Labels (roles that plan sets select on) and deletion; a Machine's
 		// status stays the server's and its agent's.
 		roleGrant{groups: ops, apiGroup: api.GroupName, resource: "machines", subresource: "", verbs: []string{"update", "patch", "delete"}},

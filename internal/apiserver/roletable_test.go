@@ -39,6 +39,7 @@ func roleTableRows() []authorizer.AttributesRecord {
 		registry.Machine.Resource, registry.MachinePlan.Resource, registry.MachinePlanSet.Resource, registry.MachinePool.Resource,
 		registry.NodePassword.Resource, registry.ServerEndpoint.Resource, registry.ControllerLease.Resource,
 		registry.AccessBinding.Resource,
+		registry.NotificationSubscription.Resource,
 	} {
 		res(api.GroupName, r, "")
 		res(api.GroupName, r, "status")
@@ -55,6 +56,8 @@ func roleTableRows() []authorizer.AttributesRecord {
 	res(api.GroupName, registry.MachinePlanSet.Resource, "secrets")
 	// Never served either: who reads a cluster's API credential whole.
 	res(api.GroupName, registry.Cluster.Resource, "secrets")
+	// Nor this: who reads a notification subscription's signing key whole.
+	res(api.GroupName, registry.NotificationSubscription.Resource, "secrets")
 	res("", "events", "")
 	for _, p := range []string{"/apis", "/openapi/v3", DriversPath, DriversPath + "/NAME", "/metrics"} {
 		rows = append(rows, authorizer.AttributesRecord{Path: p})

@@ -124,6 +124,11 @@ type Config struct {
 	// against their driver's schema at admission, and DriversPath
 	// publishes the schemas.
 	Drivers *driver.Registry
+	// Audit, if set, is the apiserver's own audit: its policy and its log
+	// and webhook backends, applied as kube-apiserver applies them. Its
+	// filter sees every request of the chain; heartbeats and agents'
+	// tunnels are answered ahead of it.
+	Audit *genericoptions.AuditOptions
 }
 
 // Parts are what the API server is assembled from that are built on its
@@ -238,6 +243,9 @@ func (cfg Config) Complete() (*CompletedConfig, error) {
 	}
 	if err := etcd.ApplyTo(&rc.Config); err != nil {
 		return nil, fmt.Errorf("configuring storage: %w", err)
+	}
+	if err := cfg.Audit.ApplyTo(&rc.Config); err != nil {
+		return nil, fmt.Errorf("configuring audit: %w (check --audit-policy-file, --audit-log-path and --audit-webhook-config-file)", err)
 	}
 
 	snapshots := watchcache.NewTrimmer(watchcache.Keep)

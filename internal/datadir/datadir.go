@@ -48,6 +48,10 @@ type Layout struct {
 	HostAgent string
 	// SSHDriverKeys holds the ssh pool driver's key pair.
 	SSHDriverKeys string
+	// AuditPolicy is the default audit policy (internal/auditpolicy),
+	// written at each start when an audit backend is on and no
+	// --audit-policy-file is given: what is in force, to read or copy.
+	AuditPolicy string
 }
 
 // KineSocketName is the kine socket's file name, in the data dir or in
@@ -90,5 +94,6 @@ func New(dir string) (Layout, error) {
 		KineSocket:      filepath.Join(abs, KineSocketName),
 		HostAgent:       filepath.Join(abs, "agent"),
 		SSHDriverKeys:   filepath.Join(abs, "drivers", "ssh"),
+		AuditPolicy:     filepath.Join(abs, "audit-policy.yaml"),
 	}, nil
 }

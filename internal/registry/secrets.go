@@ -90,6 +90,9 @@ func holdsSecrets(obj runtime.Object) bool {
 		// The credential the server reaches the cluster's kube-apiserver
 		// with (spec.kubernetesAPI.credential): administrators' alone.
 		return true
+	case *api.NotificationSubscription, *api.NotificationSubscriptionList:
+		// The key that signs its events: whoever holds it can forge them.
+		return true
 	}
 	return false
 }
@@ -135,6 +138,16 @@ func redacted(obj runtime.Object) runtime.Object {
 			redactCluster(&c.Items[i])
 		}
 		return c
+	case *api.NotificationSubscription:
+		c := o.DeepCopy()
+		redactSubscription(c)
+		return c
+	case *api.NotificationSubscriptionList:
+		c := o.DeepCopy()
+		for i := range c.Items {
+			redactSubscription(&c.Items[i])
+		}
+		return c
 	}
 	return obj
 }
@@ -148,6 +161,12 @@ func redactCluster(c *api.Cluster) {
 		k.Credential.ClientKey = redactText(k.Credential.ClientKey)
 		k.Credential.Token = redactText(k.Credential.Token)
 	}
+}
+
+// redactSubscription hides the key a subscription's events are signed with.
+func redactSubscription(s *api.NotificationSubscription) {
+	redactMeta(&s.ObjectMeta)
+	s.Spec.SigningKey = redactText(s.Spec.SigningKey)
 }
 
 func redactPlan(p *api.MachinePlan) {
@@ -329,7 +348,7 @@ func (r *secretsREST) DeleteCollection(ctx context.Context, deleteValidation res
 // installed.
 func GuardSecrets(storages []*Storage, authz authorizer.Authorizer) error {
 	for _, s := range storages {
-		if s.Resource != MachinePlan.Resource && s.Resource != MachinePlanSet.Resource && s.Resource != Cluster.Resource {
+		if s.Resource != MachinePlan.Resource && s.Resource != MachinePlanSet.Resource && s.Resource != Cluster.Resource && s.Resource != NotificationSubscription.Resource {
 			continue
 		}
 		guard := secretGuard{authz: authz, resource: s.Resource}

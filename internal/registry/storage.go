@@ -28,6 +28,7 @@ func All(typer runtime.ObjectTyper, optsGetter generic.RESTOptionsGetter, lastHe
 		func() (*Storage, error) { return newStorage(MachinePool, typer, optsGetter, lastHeard) },
 		func() (*Storage, error) { return newStorage(MachinePlanSet, typer, optsGetter, lastHeard) },
 		func() (*Storage, error) { return newStorage(AccessBinding, typer, optsGetter, lastHeard) },
+		func() (*Storage, error) { return newStorage(NotificationSubscription, typer, optsGetter, lastHeard) },
 	}
 	var all []*Storage
 	byResource := map[string]*Storage{}

@@ -19,6 +19,7 @@ func TestKindsHaveTheConventionalShape(t *testing.T) {
 	kinds := []kindInfo{
 		Cluster.erase(), ClusterRegistrationToken.erase(), ClusterRegistration.erase(),
 		Machine.erase(), MachinePlan.erase(), NodePassword.erase(), ServerEndpoint.erase(), ControllerLease.erase(),
+		NotificationSubscription.erase(),
 	}
 	for _, k := range kinds {
 		t.Run(k.resource, func(t *testing.T) {

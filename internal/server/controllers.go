@@ -26,6 +26,7 @@ import (
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/liveness"
 	"github.com/muster-io/muster/internal/metrics"
+	"github.com/muster-io/muster/internal/notify"
 	"github.com/muster-io/muster/internal/pki"
 	"github.com/muster-io/muster/internal/planset"
 	"github.com/muster-io/muster/internal/pool"
@@ -152,6 +153,9 @@ func (c *controllers) lead(term context.Context) {
 	machines := lifecycle.NewController(c.client, c.objects, factory, c.liveness, c.returns, c.cfg.AgentSilenceThreshold, c.events)
 	pools := pool.NewController(c.client, factory, c.drivers, c.events, "https://"+c.address)
 	planSets := planset.NewController(c.client, factory)
+	// Off the write path: its handlers only queue, its own goroutines send.
+	notifier := notify.NewController(notify.Config{Client: c.client, Factory: factory, Events: c.events, Source: "https://" + c.address,
+		InitialBackoff: c.cfg.NotifyInitialBackoff, MaxBackoff: c.cfg.NotifyMaxBackoff})
 	endpoints := factory.Muster().V1alpha1().ServerEndpoints()
 	// Start what the controllers added; it runs until the server stops.
 	factory.Start(c.stop)
@@ -164,6 +168,7 @@ func (c *controllers) lead(term context.Context) {
 	go housekeeper.Run(term)
 	go pools.Run(term)
 	go planSets.Run(term)
+	go notifier.Run(term)
 	machines.Run(term, controllerWorkers)
 }
 

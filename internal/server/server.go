@@ -16,10 +16,12 @@ import (
 
 	"github.com/muster-io/muster/internal/datadir"
 
+	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
+	"github.com/muster-io/muster/internal/auditpolicy"
 	"github.com/muster-io/muster/internal/console"
 	"github.com/muster-io/muster/internal/driver"
 	"github.com/muster-io/muster/internal/encryption"
@@ -31,6 +33,7 @@ import (
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/liveness"
 	"github.com/muster-io/muster/internal/metrics"
+	"github.com/muster-io/muster/internal/notify"
 	"github.com/muster-io/muster/internal/registry"
 	"github.com/muster-io/muster/internal/snapshot"
 	"github.com/muster-io/muster/internal/snapshot/s3store"
@@ -127,6 +130,16 @@ type Config struct {
 	// SnapshotS3 is the object storage scheduled snapshots are uploaded
 	// to as well, SnapshotRetention of them kept there; none without a bucket.
 	SnapshotS3 s3store.Config
+
+	// Audit is the apiserver's audit (--audit-* flags, as kube-apiserver
+	// spells them); nil or without a backend records nothing. With a
+	// backend and no policy file, internal/auditpolicy's default applies.
+	Audit *genericoptions.AuditOptions
+
+	// NotifyInitialBackoff and NotifyMaxBackoff bound the waits between
+	// retries of a notification its receiver failed (internal/notify);
+	// zero for its defaults.
+	NotifyInitialBackoff, NotifyMaxBackoff time.Duration
 }
 
 // ProcessDriverDefaultDir is where the process driver keeps its machines
@@ -310,6 +323,7 @@ func run(ctx context.Context, cfg Config) error {
 	returns := lifecycle.NewReturns()
 	tracker := liveness.New(liveness.Options{OnReturn: returns.Notify, ReportTunnels: hub.Opened})
 	metrics.Register()
+	notify.RegisterMetrics()
 	metrics.SetConnectedAgents(func() int { return tracker.Connected(metrics.ConnectedWindow) })
 	metrics.SetTunnels(hub.Len)
 	tunnels := &serve.Server{Hub: hub, Events: recorder, LastSeen: tracker.LastSeen, Forwarding: &serve.Forwarding{
@@ -325,7 +339,11 @@ func run(ctx context.Context, cfg Config) error {
 	// built on them (the informers served from them in process, the join,
 	// the token authenticator and the agent authorizer), each whole, and
 	// the API server last, from them.
+	if err := auditpolicy.Resolve(cfg.Audit, layout.AuditPolicy); err != nil {
+		return err
+	}
 	completed, err := apiserver.Config{
+		Audit:           cfg.Audit,
 		BindAddress:     bind,
 		Port:            cfg.HTTPSPort,
 		ServingCertFile: state.Files.ServingCert,

@@ -110,24 +110,33 @@ func TestBench(t *testing.T) {
 	backends := []struct {
 		name string
 		dsn  func(t *testing.T) string
-		// encrypted variants run only when MUSTER_BENCH_BACKENDS names them.
-		encrypted bool
+		// encrypted and audited variants run only when
+		// MUSTER_BENCH_BACKENDS names them (MUSTER_BENCH_BACKENDS=sqlite,sqlite+audit
+		// measures the audit's cost in one run).
+		encrypted, audited bool
 	}{
-		{"sqlite", func(*testing.T) string { return "" }, false},
-		{"sqlite+aesgcm", func(*testing.T) string { return "" }, true},
-		{"postgres", func(t *testing.T) string { return pgtest.DSN(t) }, false},
-		{"postgres+aesgcm", func(t *testing.T) string { return pgtest.DSN(t) }, true},
+		{"sqlite", func(*testing.T) string { return "" }, false, false},
+		{"sqlite+aesgcm", func(*testing.T) string { return "" }, true, false},
+		{"sqlite+audit", func(*testing.T) string { return "" }, false, true},
+		{"postgres", func(t *testing.T) string { return pgtest.DSN(t) }, false, false},
+		{"postgres+aesgcm", func(t *testing.T) string { return pgtest.DSN(t) }, true, false},
+		{"postgres+audit", func(t *testing.T) string { return pgtest.DSN(t) }, false, true},
 	}
 	only := os.Getenv("MUSTER_BENCH_BACKENDS")
 	for _, b := range backends {
-		if (only != "" || b.encrypted) && !strings.Contains(only, b.name) {
+		if (only != "" || b.encrypted || b.audited) && !slices.Contains(strings.Split(only, ","), b.name) {
 			continue
 		}
 		t.Run(b.name, func(t *testing.T) {
 			var extra []string
-			if b.encrypted {
+			switch {
+			case b.encrypted:
 				extra = []string{"--encryption-provider-config", encryptionConfig(t)}
-			} else {
+			case b.audited:
+				// The default policy, to a rotated log: what an operator
+				// who turns the audit on with one flag gets.
+				extra = []string{"--audit-log-path", filepath.Join(t.TempDir(), "audit.log")}
+			default:
 				r.set(ceilingName, "txn/s", "", false, b.name, ceiling(t, b.dsn(t), sc.CeilingDuration))
 			}
 			runScenarios(t, r, sc, bin, b.name, b.dsn(t), extra...)
@@ -473,7 +482,7 @@ func (r *report) markdown() string {
 	fmt.Fprintf(&b, "# muster bench (%s scale, %s, %s)\n\n", r.Scale.Name, r.Machine, r.When.Format(time.RFC3339))
 	columns := []string{"sqlite", "postgres"}
 	b.WriteString("| figure | SQLite | ÷ ceiling | PostgreSQL | ÷ ceiling |")
-	for _, be := range []string{"sqlite+aesgcm", "postgres+aesgcm"} {
+	for _, be := range []string{"sqlite+aesgcm", "sqlite+audit", "postgres+aesgcm", "postgres+audit"} {
 		for _, f := range r.Figures {
 			if _, ok := f.Values[be]; ok {
 				columns = append(columns, be)
@@ -493,7 +502,7 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "| %s (%s) |", f.Name, f.Unit)
 		for _, be := range columns {
 			v, ok := f.Values[be]
-			// An encrypted variant sits on its backend's ceiling.
+			// A variant (encrypted, audited) sits on its backend's ceiling.
 			base, _, _ := strings.Cut(be, "+")
 			switch {
 			case !ok:

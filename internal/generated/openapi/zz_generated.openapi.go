@@ -79,6 +79,10 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.NodePasswordList{}.OpenAPIModelName():               schema_pkg_apis_muster_v1alpha1_NodePasswordList(ref),
 		v1alpha1.NodePasswordSpec{}.OpenAPIModelName():               schema_pkg_apis_muster_v1alpha1_NodePasswordSpec(ref),
 		v1alpha1.NodePasswordStatus{}.OpenAPIModelName():             schema_pkg_apis_muster_v1alpha1_NodePasswordStatus(ref),
+		v1alpha1.NotificationSubscription{}.OpenAPIModelName():       schema_pkg_apis_muster_v1alpha1_NotificationSubscription(ref),
+		v1alpha1.NotificationSubscriptionList{}.OpenAPIModelName():   schema_pkg_apis_muster_v1alpha1_NotificationSubscriptionList(ref),
+		v1alpha1.NotificationSubscriptionSpec{}.OpenAPIModelName():   schema_pkg_apis_muster_v1alpha1_NotificationSubscriptionSpec(ref),
+		v1alpha1.NotificationSubscriptionStatus{}.OpenAPIModelName(): schema_pkg_apis_muster_v1alpha1_NotificationSubscriptionStatus(ref),
 		v1alpha1.PlanFile{}.OpenAPIModelName():                       schema_pkg_apis_muster_v1alpha1_PlanFile(ref),
 		v1alpha1.PlanInstruction{}.OpenAPIModelName():                schema_pkg_apis_muster_v1alpha1_PlanInstruction(ref),
 		v1alpha1.PlanProbe{}.OpenAPIModelName():                      schema_pkg_apis_muster_v1alpha1_PlanProbe(ref),
@@ -3263,6 +3267,219 @@ func schema_pkg_apis_muster_v1alpha1_NodePasswordStatus(ref common.ReferenceCall
 					"lastVerified": {
 						SchemaProps: spec.SchemaProps{
 							Description: "LastVerified is when a registration last presented the right password.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_NotificationSubscription(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NotificationSubscription sends the chosen transitions to an HTTPS URL as CloudEvents (structured JSON, spec 1.0), each signed with HMAC-SHA256 of the body under spec.signingKey (header X-Muster-Signature: \"sha256=<hex>\"). Events are queued per subscription (at most spec.maxQueued; past it the oldest is dropped, counted and recorded as an Event), retried with exponential backoff while the receiver fails, and delivered in order. Delivery runs beside the API, never in it: a receiver that is down slows no request. Callers not allowed notificationsubscriptions/secrets (viewers) read spec.signingKey as \"<redacted>\" (Redacted).",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Spec is where to send which transitions.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.NotificationSubscriptionSpec{}.OpenAPIModelName()),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Status is what the server observed of the deliveries.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.NotificationSubscriptionStatus{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"spec"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.NotificationSubscriptionSpec{}.OpenAPIModelName(), v1alpha1.NotificationSubscriptionStatus{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_NotificationSubscriptionList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NotificationSubscriptionList is a list of NotificationSubscriptions.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard list metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Items are the subscriptions.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.NotificationSubscription{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.NotificationSubscription{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_NotificationSubscriptionSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NotificationSubscriptionSpec is where and what to send.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"url": {
+						SchemaProps: spec.SchemaProps{
+							Description: "URL is the receiver's https:// URL.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"caBundle": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CABundle is the PEM CA that signed the receiver's certificate; empty for the host's trusted roots.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"events": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Events are the transitions to send.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"signingKey": {
+						SchemaProps: spec.SchemaProps{
+							Description: "SigningKey is the HMAC-SHA256 key every request is signed with, at least 32 characters. It is a secret: never logged, read back whole only by callers allowed notificationsubscriptions/secrets.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"maxQueued": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxQueued bounds the events waiting for the receiver (default 1000, at most 10000); past it the oldest is dropped.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+				Required: []string{"url", "events", "signingKey"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_NotificationSubscriptionStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NotificationSubscriptionStatus is what the server observed.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"delivered": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Delivered counts the events the receiver accepted (2xx) in this leader's term.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"dropped": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Dropped counts the events dropped from a full queue in this term.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"queued": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Queued is how many events wait for the receiver.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"lastError": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LastError is why the last delivery failed; empty after a success.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"lastDelivered": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LastDelivered is when the receiver last accepted an event.",
 							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
 						},
 					},

@@ -102,6 +102,11 @@ func MachinePlanSetFields(o *MachinePlanSet) fields.Set {
 	return merge(objectMetaFields(o.Name), fields.Set{"spec.cluster": o.Spec.Cluster})
 }
 
+// NotificationSubscriptionFields returns the selectable fields of a NotificationSubscription.
+func NotificationSubscriptionFields(o *NotificationSubscription) fields.Set {
+	return objectMetaFields(o.Name)
+}
+
 // selectableFieldKeys derives each kind's accepted keys from the functions above.
 func selectableFieldKeys() map[string]fields.Set {
 	return map[string]fields.Set{
@@ -116,6 +121,7 @@ func selectableFieldKeys() map[string]fields.Set {
 		"MachinePool":              MachinePoolFields(&MachinePool{}),
 		"MachinePlanSet":           MachinePlanSetFields(&MachinePlanSet{}),
 		"AccessBinding":            AccessBindingFields(&AccessBinding{}),
+		"NotificationSubscription": NotificationSubscriptionFields(&NotificationSubscription{}),
 	}
 }
 

@@ -47,6 +47,7 @@ func knownTypes() []runtime.Object {
 		&MachinePool{}, &MachinePoolList{},
 		&MachinePlanSet{}, &MachinePlanSetList{},
 		&AccessBinding{}, &AccessBindingList{},
+		&NotificationSubscription{}, &NotificationSubscriptionList{},
 	}
 }
 

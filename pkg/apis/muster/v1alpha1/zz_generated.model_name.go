@@ -282,6 +282,26 @@ func (in NodePasswordStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NotificationSubscription) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.NotificationSubscription"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NotificationSubscriptionList) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.NotificationSubscriptionList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NotificationSubscriptionSpec) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.NotificationSubscriptionSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NotificationSubscriptionStatus) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.NotificationSubscriptionStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in PlanFile) OpenAPIModelName() string {
 	return "io.muster.v1alpha1.PlanFile"
 }

@@ -63,6 +63,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Muster().V1alpha1().MachinePools().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("nodepasswords"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Muster().V1alpha1().NodePasswords().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("notificationsubscriptions"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Muster().V1alpha1().NotificationSubscriptions().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("serverendpoints"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Muster().V1alpha1().ServerEndpoints().Informer()}, nil
 

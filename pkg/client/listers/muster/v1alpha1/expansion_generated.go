@@ -48,6 +48,10 @@ type MachinePoolListerExpansion interface{}
 // NodePasswordLister.
 type NodePasswordListerExpansion interface{}
 
+// NotificationSubscriptionListerExpansion allows custom methods to be added to
+// NotificationSubscriptionLister.
+type NotificationSubscriptionListerExpansion interface{}
+
 // ServerEndpointListerExpansion allows custom methods to be added to
 // ServerEndpointLister.
 type ServerEndpointListerExpansion interface{}

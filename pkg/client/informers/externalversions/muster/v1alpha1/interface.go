@@ -34,6 +34,8 @@ type Interface interface {
 	MachinePools() TypedMachinePoolInformer
 	// NodePasswords returns a NodePasswordInformer.
 	NodePasswords() TypedNodePasswordInformer
+	// NotificationSubscriptions returns a NotificationSubscriptionInformer.
+	NotificationSubscriptions() TypedNotificationSubscriptionInformer
 	// ServerEndpoints returns a ServerEndpointInformer.
 	ServerEndpoints() TypedServerEndpointInformer
 }
@@ -97,6 +99,11 @@ func (v *version) MachinePools() TypedMachinePoolInformer {
 // NodePasswords returns a TypedNodePasswordInformer.
 func (v *version) NodePasswords() TypedNodePasswordInformer {
 	return &nodePasswordInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
+}
+
+// NotificationSubscriptions returns a TypedNotificationSubscriptionInformer.
+func (v *version) NotificationSubscriptions() TypedNotificationSubscriptionInformer {
+	return &notificationSubscriptionInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
 // ServerEndpoints returns a TypedServerEndpointInformer.

@@ -28,4 +28,6 @@ type MachinePoolExpansion interface{}
 
 type NodePasswordExpansion interface{}
 
+type NotificationSubscriptionExpansion interface{}
+
 type ServerEndpointExpansion interface{}

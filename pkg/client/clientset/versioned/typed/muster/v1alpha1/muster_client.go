@@ -28,6 +28,7 @@ type MusterV1alpha1Interface interface {
 	MachinePlanSetsGetter
 	MachinePoolsGetter
 	NodePasswordsGetter
+	NotificationSubscriptionsGetter
 	ServerEndpointsGetter
 }
 
@@ -74,6 +75,10 @@ func (c *MusterV1alpha1Client) MachinePools() MachinePoolInterface {
 
 func (c *MusterV1alpha1Client) NodePasswords() NodePasswordInterface {
 	return newNodePasswords(c)
+}
+
+func (c *MusterV1alpha1Client) NotificationSubscriptions() NotificationSubscriptionInterface {
+	return newNotificationSubscriptions(c)
 }
 
 func (c *MusterV1alpha1Client) ServerEndpoints() ServerEndpointInterface {

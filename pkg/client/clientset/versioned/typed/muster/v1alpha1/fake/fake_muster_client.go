@@ -58,6 +58,10 @@ func (c *FakeMusterV1alpha1) NodePasswords() v1alpha1.NodePasswordInterface {
 	return newFakeNodePasswords(c)
 }
 
+func (c *FakeMusterV1alpha1) NotificationSubscriptions() v1alpha1.NotificationSubscriptionInterface {
+	return newFakeNotificationSubscriptions(c)
+}
+
 func (c *FakeMusterV1alpha1) ServerEndpoints() v1alpha1.ServerEndpointInterface {
 	return newFakeServerEndpoints(c)
 }
