@@ -51,6 +51,7 @@ func TestDefaultPolicyLevels(t *testing.T) {
 		{"joiner polls its registration", res(joiner, "get", "clusterregistrations", ""), auditinternal.LevelNone},
 		{"operator creates a join token", res(operator, "create", "clusterregistrationtokens", ""), auditinternal.LevelRequest},
 		{"operator revokes a join token", res(operator, "delete", "clusterregistrationtokens", ""), auditinternal.LevelRequest},
+		{"admin grants a team an access binding", res(operator, "create", "accessbindings", ""), auditinternal.LevelRequest},
 		{"controller writes a token's status", res(peer, "update", "clusterregistrationtokens", "status"), auditinternal.LevelMetadata},
 		{"operator writes a plan (holds secrets)", res(operator, "update", "machineplans", ""), auditinternal.LevelMetadata},
 		{"operator writes a plan set (holds secrets)", res(operator, "patch", "machineplansets", ""), auditinternal.LevelMetadata},
