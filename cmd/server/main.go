@@ -82,6 +82,7 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.StringVar(&cfg.DatastoreEndpoint, "datastore-endpoint", "", "datastore: empty for SQLite in the data dir, postgres://user:pass@host:port/db, or http(s)://etcd:2379 (default $MUSTER_DATASTORE_ENDPOINT); a password here is visible to local users, prefer --datastore-endpoint-file")
 	fl.StringVar(&endpointFile, "datastore-endpoint-file", "", "file holding the --datastore-endpoint, so that its password is not on the command line")
 	datastoreTLSFlags(fl, &cfg.DatastoreTLS)
+	fl.StringVar(&cfg.AuthenticationConfig, "authentication-config", "", "AuthenticationConfiguration file (kube-apiserver's format, apiserver.config.k8s.io/v1) naming the OIDC identity providers whose ID tokens sign people in: issuer, audiences, certificateAuthority, claimMappings for username and groups (docs/auth.md)")
 	fl.StringVar(&cfg.EncryptionProviderConfig, "encryption-provider-config", "", "EncryptionConfiguration file (kube-apiserver's format, mode 0600) whose aesgcm or secretbox keys encrypt MachinePlans and MachinePlanSets at rest; every server of a deployment needs the same file (docs/encryption.md)")
 
 	fl.StringVar(&cfg.Token, "token", "", "server token shared by every server on one datastore (default: --token-file, else $MUSTER_TOKEN, else the data dir's, else generated); it seals the CA in the datastore")

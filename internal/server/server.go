@@ -16,6 +16,7 @@ import (
 
 	"github.com/muster-io/muster/internal/datadir"
 
+	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
@@ -30,6 +31,7 @@ import (
 	"github.com/muster-io/muster/internal/lifecycle"
 	"github.com/muster-io/muster/internal/liveness"
 	"github.com/muster-io/muster/internal/metrics"
+	"github.com/muster-io/muster/internal/oidcauthn"
 	"github.com/muster-io/muster/internal/registry"
 	"github.com/muster-io/muster/internal/snapshot"
 	"github.com/muster-io/muster/internal/snapshot/s3store"
@@ -59,6 +61,11 @@ type Config struct {
 	// 0600) whose keys encrypt the resources it names at rest
 	// (internal/encryption); empty for none.
 	EncryptionProviderConfig string
+	// AuthenticationConfig is an AuthenticationConfiguration file
+	// (kube-apiserver's --authentication-config) naming the identity
+	// providers whose ID tokens sign people in (internal/oidcauthn);
+	// empty for none.
+	AuthenticationConfig string
 	// DatastoreTLS is the CA, client certificate and key an external etcd
 	// is reached with (--datastore-cafile/certfile/keyfile).
 	DatastoreTLS store.TLSFiles
@@ -285,6 +292,15 @@ func run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
+	var idTokens authenticator.Token
+	if cfg.AuthenticationConfig != "" {
+		a, err := oidcauthn.Load(ctx, cfg.AuthenticationConfig)
+		if err != nil {
+			return err
+		}
+		idTokens = a
+	}
+
 	consoleClient, err := ds.Client()
 	if err != nil {
 		return fmt.Errorf("connecting the console's token store to the datastore: %w", err)
@@ -345,6 +361,7 @@ func run(ctx context.Context, cfg Config) error {
 		PublicWritePaths:            []string{console.SessionPath},
 		PrivatePaths:                console.PrivatePaths,
 		Sessions:                    webConsole.Sessions,
+		IDTokens:                    idTokens,
 		EventTTL:                    cfg.EventTTL,
 		LastHeard:                   tracker.LastSeen,
 		Drivers:                     drivers,

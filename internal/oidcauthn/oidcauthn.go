@@ -1,0 +1,197 @@
+// Package oidcauthn signs people in with their organisation's identity
+// provider: it reads an AuthenticationConfiguration file (kube-apiserver's
+// --authentication-config, apiserver.config.k8s.io/v1) and turns each of its
+// jwt entries into k8s.io/apiserver's JWT authenticator, which verifies ID
+// tokens (issuer, audiences, signature with the provider's published keys,
+// expiry, claim rules) and maps their claims to a user and groups. Muster
+// writes no JWT validation of its own; it only adds, around the library's
+// answer, a reason for every refusal (the library says nothing of a token
+// from an issuer it does not know) and a refusal of identities that belong
+// to agents, servers or Kubernetes itself.
+//
+// The groups a token maps to are Muster's groups like any other: the
+// built-in roles (muster:viewers, muster:operators, muster:metrics-readers,
+// system:masters) as a client certificate's or a console token's groups
+// are, so a provider's group is mapped to a role by the file's
+// claimMappings (a prefix or a CEL expression).
+package oidcauthn
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/apis/apiserver"
+	"k8s.io/apiserver/pkg/apis/apiserver/install"
+	"k8s.io/apiserver/pkg/apis/apiserver/validation"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	authenticationcel "k8s.io/apiserver/pkg/authentication/cel"
+	tokenunion "k8s.io/apiserver/pkg/authentication/token/union"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/apiserver/plugin/pkg/authenticator/token/oidc"
+	"k8s.io/klog/v2"
+
+	"github.com/muster-io/muster/internal/caller"
+)
+
+// Flag is the server flag that names the file, spelled as kube-apiserver's.
+const Flag = "authentication-config"
+
+// signingAlgs are the algorithms a provider may sign with: every
+// asymmetric one the library allows. Never "none" nor a shared-secret HMAC.
+var signingAlgs = []string{"RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384", "PS512"}
+
+// readyWithin is how long Load waits for the providers' discovery
+// documents before serving anyway (their tokens are refused until then).
+var readyWithin = 10 * time.Second
+
+// Authenticator verifies ID tokens from the configured providers.
+type Authenticator struct {
+	// Path is the file it was read from.
+	Path    string
+	issuers []string
+	each    []oidc.AuthenticatorTokenWithHealthCheck
+	union   authenticator.Token
+}
+
+// Read decodes and validates an AuthenticationConfiguration file the way
+// kube-apiserver does (strict decoding, the library's validation with its
+// CEL compiler). The anonymous section is refused: Muster decides itself
+// which paths anonymous callers reach.
+func Read(path string) (*apiserver.AuthenticationConfiguration, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", Flag, err)
+	}
+	scheme := runtime.NewScheme()
+	install.Install(scheme)
+	obj, _, err := serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDecoder().Decode(b, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("--%s %s: %w; the file is an AuthenticationConfiguration (apiVersion: apiserver.config.k8s.io/v1), as kube-apiserver reads", Flag, path, err)
+	}
+	cfg, ok := obj.(*apiserver.AuthenticationConfiguration)
+	if !ok {
+		return nil, fmt.Errorf("--%s %s holds a %T, not an AuthenticationConfiguration", Flag, path, obj)
+	}
+	if cfg.Anonymous != nil {
+		return nil, fmt.Errorf("--%s %s: remove the anonymous section: muster-server serves anonymous callers only its public paths (/cacerts, /healthz, the install script), whatever the file says", Flag, path)
+	}
+	if len(cfg.JWT) == 0 {
+		return nil, fmt.Errorf("--%s %s names no provider: give at least one jwt entry (issuer, audiences, claimMappings)", Flag, path)
+	}
+	if errs := validation.ValidateAuthenticationConfiguration(authenticationcel.NewDefaultCompiler(), cfg, nil); len(errs) > 0 {
+		return nil, fmt.Errorf("--%s %s: %w", Flag, path, errs.ToAggregate())
+	}
+	return cfg, nil
+}
+
+// Load reads the file and starts one authenticator per provider, living
+// as long as ctx. Each reads its provider's discovery document and keys
+// (trusting the entry's certificateAuthority, else the system's roots) and
+// fetches the keys again when a token names one it has not seen, so a
+// provider's key rotation needs no restart. Load waits a little for the
+// providers to answer and logs those that did not.
+func Load(ctx context.Context, path string) (*Authenticator, error) {
+	cfg, err := Read(path)
+	if err != nil {
+		return nil, err
+	}
+	compiler := authenticationcel.NewDefaultCompiler()
+	a := &Authenticator{Path: path}
+	var toks []authenticator.Token
+	for i, j := range cfg.JWT {
+		opts := oidc.Options{JWTAuthenticator: j, Compiler: compiler, SupportedSigningAlgs: signingAlgs}
+		if j.Issuer.CertificateAuthority != "" {
+			ca, err := dynamiccertificates.NewStaticCAContent(fmt.Sprintf("oidc-%d", i), []byte(j.Issuer.CertificateAuthority))
+			if err != nil {
+				return nil, fmt.Errorf("--%s %s: jwt[%d] (%s): certificateAuthority: %w", Flag, path, i, j.Issuer.URL, err)
+			}
+			opts.CAContentProvider = ca
+		}
+		t, err := oidc.New(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("--%s %s: jwt[%d] (%s): %w", Flag, path, i, j.Issuer.URL, err)
+		}
+		a.each = append(a.each, t)
+		a.issuers = append(a.issuers, j.Issuer.URL)
+		toks = append(toks, t)
+	}
+	a.union = tokenunion.New(toks...)
+	waitCtx, cancel := context.WithTimeout(ctx, readyWithin)
+	defer cancel()
+	_ = wait.PollUntilContextCancel(waitCtx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		return a.HealthCheck() == nil, nil
+	})
+	if err := a.HealthCheck(); err != nil {
+		klog.InfoS("Identity provider not reachable yet: its tokens are refused until it is (retried every 10s)", "file", path, "reason", err.Error())
+	}
+	klog.InfoS("Signing in with identity providers", "file", path, "issuers", a.issuers)
+	return a, nil
+}
+
+// HealthCheck says which providers' keys are not loaded yet.
+func (a *Authenticator) HealthCheck() error {
+	var errs []error
+	for _, t := range a.each {
+		if err := t.HealthCheck(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return utilerrors.NewAggregate(errs)
+}
+
+// Issuers are the configured providers' issuer URLs.
+func (a *Authenticator) Issuers() []string { return append([]string(nil), a.issuers...) }
+
+// AuthenticateToken implements authenticator.Token. A bearer token that
+// is not a JWT is not this authenticator's (join tokens are someone
+// else's). A JWT is either a user, or refused with an error that says why:
+// the API server logs it ("Unable to authenticate the request") and
+// answers 401. The error never holds the token.
+func (a *Authenticator) AuthenticateToken(ctx context.Context, token string) (*authenticator.Response, bool, error) {
+	iss, isJWT := unverifiedIssuer(token)
+	if !isJWT {
+		return nil, false, nil
+	}
+	resp, ok, err := a.union.AuthenticateToken(ctx, token)
+	if err != nil {
+		return nil, false, fmt.Errorf("ID token from issuer %q refused: %w", iss, err)
+	}
+	if !ok {
+		return nil, false, fmt.Errorf("ID token refused: its issuer %q is none of the providers in --%s %s (%s)", iss, Flag, a.Path, strings.Join(a.issuers, ", "))
+	}
+	if err := caller.CheckExternal(resp.User); err != nil {
+		return nil, false, fmt.Errorf("ID token from issuer %q refused: %w; map the provider's claims with a prefix in --%s", iss, err, Flag)
+	}
+	return resp, true, nil
+}
+
+// unverifiedIssuer reads the iss claim of what looks like a JWT (three
+// dot-separated base64url parts, the middle one a JSON object), only to
+// say in a refusal whose token it was; nothing is decided on it.
+func unverifiedIssuer(token string) (string, bool) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return "", false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return "", false
+	}
+	var claims struct {
+		Iss any `json:"iss"`
+	}
+	if err := json.Unmarshal(b, &claims); err != nil {
+		return "", false
+	}
+	iss, _ := claims.Iss.(string)
+	return iss, true
+}

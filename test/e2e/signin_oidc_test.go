@@ -1,0 +1,292 @@
+package e2e
+
+import (
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/muster-io/muster/internal/testenv/oidctest"
+)
+
+// The sign-in tests run a real OpenID provider (zitadel/oidc's, in its own
+// process: internal/testenv/oidctest) and a real muster-server reading an
+// AuthenticationConfiguration, and sign users in the way a browser or
+// kubectl muster login does. No token is made by the test except the
+// forged ones of TestOIDCBadTokensRefused, which stand for an attacker's.
+
+const cliClient = "muster-cli"
+
+// loopbackClient is a public client (a CLI: PKCE, no secret) whose loopback
+// redirect matches any port.
+func loopbackClient(id string, life time.Duration) oidctest.Client {
+	return oidctest.Client{ID: id, RedirectURIs: []string{"http://127.0.0.1/callback"}, IDTokenLifetime: life}
+}
+
+// jwtEntry is one jwt entry of an AuthenticationConfiguration, as an
+// operator writes it.
+func jwtEntry(p *oidctest.Provider, audiences []string, claimMappings map[string]any) map[string]any {
+	issuer := map[string]any{"url": p.Issuer, "audiences": audiences, "certificateAuthority": string(p.CAPEM)}
+	if len(audiences) > 1 {
+		issuer["audienceMatchPolicy"] = "MatchAny"
+	}
+	return map[string]any{"issuer": issuer, "claimMappings": claimMappings}
+}
+
+// writeAuthConfig writes an AuthenticationConfiguration (JSON, which is
+// YAML) with the given jwt entries and returns its path.
+func writeAuthConfig(t *testing.T, entries ...map[string]any) string {
+	t.Helper()
+	b, err := json.MarshalIndent(map[string]any{
+		"apiVersion": "apiserver.config.k8s.io/v1", "kind": "AuthenticationConfiguration", "jwt": entries,
+	}, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "authentication-config.yaml")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// tokenKubeconfig writes a kubeconfig for s whose user presents token.
+func tokenKubeconfig(t *testing.T, s *server, name, token string) string {
+	t.Helper()
+	ca := base64.StdEncoding.EncodeToString(s.caPEM(t))
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: muster
+  cluster: {server: %q, certificate-authority-data: %s}
+users:
+- name: %s
+  user: {token: %q}
+contexts:
+- name: muster
+  context: {cluster: muster, user: %s}
+current-context: muster
+`, s.url(), ca, name, token, name)
+	path := filepath.Join(t.TempDir(), name+".kubeconfig")
+	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// directGroups maps the token's email to the user and its groups claim as
+// is: the provider's groups are named as Muster's roles.
+var directGroups = map[string]any{
+	"username": map[string]any{"claim": "email", "prefix": ""},
+	"groups":   map[string]any{"claim": "groups", "prefix": ""},
+}
+
+// People signed in through two providers at once get the role their
+// provider's groups decide: provider A names its groups as Muster's roles;
+// provider B's group "platform-ops" is mapped to muster:operators by a CEL
+// expression and its users are prefixed. A provider's key rotation is
+// picked up without a restart.
+func TestOIDCRolesFromProviderGroups(t *testing.T) {
+	t.Parallel()
+	a := oidctest.Start(t, oidctest.Options{
+		Users: []oidctest.User{
+			{Username: "alice", Password: "pw-alice", Email: "alice@example.com", Groups: []string{"muster:operators"}},
+			{Username: "victor", Password: "pw-victor", Email: "victor@example.com", Groups: []string{"muster:viewers"}},
+			{Username: "nadia", Password: "pw-nadia", Email: "nadia@example.com", Groups: []string{"sales"}},
+		},
+		Clients: []oidctest.Client{loopbackClient(cliClient, 0)},
+	})
+	b := oidctest.Start(t, oidctest.Options{
+		Users:   []oidctest.User{{Username: "bob", Password: "pw-bob", Email: "bob@corp.example", Groups: []string{"platform-ops", "finance"}}},
+		Clients: []oidctest.Client{loopbackClient("muster-b", 0)},
+	})
+	cfg := writeAuthConfig(t,
+		jwtEntry(a, []string{cliClient}, directGroups),
+		jwtEntry(b, []string{"muster-b"}, map[string]any{
+			"username": map[string]any{"claim": "email", "prefix": "corp:"},
+			"groups":   map[string]any{"expression": `dyn(claims.groups).map(g, g == "platform-ops" ? "muster:operators" : "corp:" + g)`},
+		}))
+	s := startServer(t, "", "--authentication-config", cfg)
+
+	as := func(p *oidctest.Provider, client, user, password string) string {
+		return tokenKubeconfig(t, s, user, p.IDToken(t, client, user, password))
+	}
+	alice, victor, nadia := as(a, cliClient, "alice", "pw-alice"), as(a, cliClient, "victor", "pw-victor"), as(a, cliClient, "nadia", "pw-nadia")
+	bob := as(b, "muster-b", "bob", "pw-bob")
+
+	// Deleting a Machine that does not exist: an operator is allowed to
+	// try (NotFound), a viewer is not (Forbidden).
+	for _, c := range []struct {
+		who, kubeconfig string
+		list, del       string // what the output must contain
+	}{
+		{"alice (muster:operators from A)", alice, "No resources found", "NotFound"},
+		{"victor (muster:viewers from A)", victor, "No resources found", "Forbidden"},
+		{"nadia (no role from A)", nadia, "Forbidden", "Forbidden"},
+		{"bob (platform-ops mapped to muster:operators from B)", bob, "No resources found", "NotFound"},
+	} {
+		out, _ := kubectlAs(c.kubeconfig, "get", "machines")
+		if !strings.Contains(out, c.list) {
+			t.Errorf("%s: kubectl get machines said %q, want %q", c.who, out, c.list)
+		}
+		out, _ = kubectlAs(c.kubeconfig, "delete", "machine", "no-such-machine")
+		if !strings.Contains(out, c.del) {
+			t.Errorf("%s: kubectl delete machine said %q, want %q", c.who, out, c.del)
+		}
+	}
+	// A refusal names the user as the provider's claims mapped them.
+	if out, _ := kubectlAs(nadia, "get", "machines"); !strings.Contains(out, `"nadia@example.com"`) {
+		t.Errorf("nadia's refusal %q does not name her by the provider's email claim", out)
+	}
+
+	// The provider rotates its signing key: a token signed with the new
+	// key is accepted by the running server, which fetches the new key.
+	before := a.IDToken(t, cliClient, "alice", "pw-alice")
+	kid := a.Rotate(t)
+	after := a.IDToken(t, cliClient, "alice", "pw-alice")
+	if h := jwtHeader(t, after); h["kid"] != kid {
+		t.Fatalf("after rotation the provider signed with %v, want %s", h["kid"], kid)
+	}
+	for name, tok := range map[string]string{"signed before the rotation": before, "signed with the new key": after} {
+		if out, err := kubectlAs(tokenKubeconfig(t, s, "alice", tok), "get", "machines"); err != nil {
+			t.Errorf("alice's token %s: %v\n%s\n%s", name, err, out, lastLines(s.log.String(), 20))
+		}
+	}
+}
+
+func jwtHeader(t *testing.T, jwt string) map[string]any {
+	t.Helper()
+	var h map[string]any
+	b, err := base64.RawURLEncoding.DecodeString(strings.Split(jwt, ".")[0])
+	if err != nil || json.Unmarshal(b, &h) != nil {
+		t.Fatalf("not a JWT header: %v", err)
+	}
+	return h
+}
+
+func jwtClaims(t *testing.T, jwt string) map[string]any {
+	t.Helper()
+	var c map[string]any
+	b, err := base64.RawURLEncoding.DecodeString(strings.Split(jwt, ".")[1])
+	if err != nil || json.Unmarshal(b, &c) != nil {
+		t.Fatalf("not a JWT payload: %v", err)
+	}
+	return c
+}
+
+// forge signs header and claims with key (RS256), as an attacker holding
+// a key of their own would.
+func forge(t *testing.T, header, claims map[string]any, key *rsa.PrivateKey) string {
+	t.Helper()
+	h, _ := json.Marshal(header)
+	c, _ := json.Marshal(claims)
+	signing := base64.RawURLEncoding.EncodeToString(h) + "." + base64.RawURLEncoding.EncodeToString(c)
+	sum := sha256.Sum256([]byte(signing))
+	sig, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, sum[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return signing + "." + base64.RawURLEncoding.EncodeToString(sig)
+}
+
+// Every kind of bad ID token is refused with 401, and the server's log
+// says why in a line that does not hold the token.
+func TestOIDCBadTokensRefused(t *testing.T) {
+	t.Parallel()
+	users := []oidctest.User{{Username: "alice", Password: "pw-alice", Email: "alice@example.com", Groups: []string{"muster:operators"}}}
+	p := oidctest.Start(t, oidctest.Options{Users: users, Clients: []oidctest.Client{
+		loopbackClient(cliClient, 0),
+		loopbackClient("short-lived", 2*time.Second),
+		loopbackClient("another-app", 0),
+	}})
+	// A provider this server does not trust, with the same user and client.
+	stranger := oidctest.Start(t, oidctest.Options{Users: users, Clients: []oidctest.Client{loopbackClient(cliClient, 0)}})
+	s := startServer(t, "", "--authentication-config", writeAuthConfig(t, jwtEntry(p, []string{cliClient, "short-lived"}, directGroups)))
+
+	good := p.IDToken(t, cliClient, "alice", "pw-alice")
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: s.caPool(), MinVersion: tls.VersionTLS12}}}
+	status := func(token string) int {
+		req, _ := http.NewRequest(http.MethodGet, s.url()+"/apis/muster.io/v1alpha1/machines", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := status(good); code != http.StatusOK {
+		t.Fatalf("a good token: %d, want 200\n%s", code, lastLines(s.log.String(), 20))
+	}
+
+	expired := p.IDToken(t, "short-lived", "alice", "pw-alice")
+	exp := time.Unix(int64(jwtClaims(t, expired)["exp"].(float64)), 0)
+	waitFor(t, 30*time.Second, "the short-lived token to expire", func() bool { return time.Now().After(exp.Add(time.Second)) })
+
+	header, claims := jwtHeader(t, good), jwtClaims(t, good)
+	none := func() string {
+		h, _ := json.Marshal(map[string]any{"alg": "none", "typ": "JWT", "kid": header["kid"]})
+		c, _ := json.Marshal(claims)
+		return base64.RawURLEncoding.EncodeToString(h) + "." + base64.RawURLEncoding.EncodeToString(c) + "."
+	}()
+	attackerKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unknownKey := forge(t, map[string]any{"alg": "RS256", "typ": "JWT", "kid": "attackers-key"}, claims, attackerKey)
+	// The same claims signed with the attacker's key under the provider's
+	// own key id: the signature, not the kid, must decide.
+	stolenKid := forge(t, map[string]any{"alg": "RS256", "typ": "JWT", "kid": header["kid"]}, claims, attackerKey)
+
+	cases := []struct {
+		name  string
+		token func() string
+		why   string // in the server's log line
+	}{
+		{"expired", func() string { return expired }, "token is expired"},
+		{"wrong audience", func() string { return p.IDToken(t, "another-app", "alice", "pw-alice") }, "expected audience"},
+		{"wrong issuer", func() string { return stranger.IDToken(t, cliClient, "alice", "pw-alice") }, "is none of the providers"},
+		{"alg none", func() string { return none }, "id token signed with unsupported algorithm"},
+		{"unknown key", func() string { return unknownKey }, "failed to verify id token signature"},
+		{"provider's kid, other key", func() string { return stolenKid }, "failed to verify id token signature"},
+		{"key rotated out", func() string {
+			// good was signed with the first key. The provider rotates,
+			// retires the first key, and signs a token with the new
+			// one; the server fetches the provider's keys for it and
+			// so learns the first key is gone.
+			p.Rotate(t)
+			p.Retire(t)
+			if code := status(p.IDToken(t, cliClient, "alice", "pw-alice")); code != http.StatusOK {
+				t.Fatalf("a token signed with the new key: %d, want 200\n%s", code, lastLines(s.log.String(), 20))
+			}
+			return good
+		}, "failed to verify id token signature"},
+	}
+	for _, c := range cases {
+		token := c.token()
+		seen := strings.Count(s.log.String(), c.why)
+		if code := status(token); code != http.StatusUnauthorized {
+			t.Errorf("%s: %d, want 401", c.name, code)
+			continue
+		}
+		waitFor(t, 10*time.Second, c.name+": the server's log line saying why", func() bool {
+			return strings.Count(s.log.String(), c.why) > seen
+		})
+		if sig := token[strings.LastIndex(token, ".")+1:]; sig != "" && strings.Contains(s.log.String(), sig) {
+			t.Errorf("%s: the server's log holds the token's signature", c.name)
+		}
+		if body := token[strings.Index(token, ".")+1 : strings.LastIndex(token, ".")]; strings.Contains(s.log.String(), body) {
+			t.Errorf("%s: the server's log holds the token's claims", c.name)
+		}
+	}
+}
