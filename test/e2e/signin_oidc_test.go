@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
 	"crypto"
 	"crypto/rand"
 	"crypto/rsa"
@@ -9,9 +11,12 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -289,4 +294,185 @@ func TestOIDCBadTokensRefused(t *testing.T) {
 			t.Errorf("%s: the server's log holds the token's claims", c.name)
 		}
 	}
+}
+
+// loginProcess is a running `kubectl muster login`, its stderr read line
+// by line (the URL or the device code the person acts on).
+type loginProcess struct {
+	cmd    *exec.Cmd
+	lines  chan string
+	stdout *bytes.Buffer
+	stderr *syncBuffer
+	done   chan error
+}
+
+func startLogin(t *testing.T, kubeconfig string, args ...string) *loginProcess {
+	t.Helper()
+	cmd := exec.Command("kubectl", append([]string{"muster", "login"}, args...)...)
+	cmd.Env = append(withoutEnv(os.Environ(), "KUBECONFIG", "KUBERNETES_EXEC_INFO"), "KUBECONFIG="+kubeconfig,
+		"PATH="+pluginDir(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	l := &loginProcess{cmd: cmd, lines: make(chan string, 100), stdout: &bytes.Buffer{}, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	cmd.Stdout = l.stdout
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			_, _ = l.stderr.Write([]byte(sc.Text() + "\n"))
+			l.lines <- sc.Text()
+		}
+		close(l.lines)
+		l.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return l
+}
+
+// waitLine returns the first match of re in the login's stderr.
+func (l *loginProcess) waitLine(t *testing.T, re *regexp.Regexp) []string {
+	t.Helper()
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case line, ok := <-l.lines:
+			if !ok {
+				t.Fatalf("kubectl muster login ended without printing %s:\n%s", re, l.stderr.String())
+			}
+			if m := re.FindStringSubmatch(line); m != nil {
+				return m
+			}
+		case <-timeout:
+			t.Fatalf("kubectl muster login printed no %s within 60s:\n%s", re, l.stderr.String())
+		}
+	}
+}
+
+func (l *loginProcess) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-l.done:
+		if err != nil {
+			t.Fatalf("kubectl muster login: %v\n%s%s", err, l.stdout.String(), l.stderr.String())
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatalf("kubectl muster login did not end within 90s:\n%s", l.stderr.String())
+	}
+}
+
+// A person signs in with `kubectl muster login`, through the browser
+// (authorization code with PKCE) or with the device flow, then runs plain
+// kubectl commands with the role the provider's groups give; when the ID
+// token expires, the kubeconfig's credential plugin refreshes it.
+func TestOIDCKubectlLogin(t *testing.T) {
+	t.Parallel()
+	p := oidctest.Start(t, oidctest.Options{
+		Users: []oidctest.User{
+			{Username: "alice", Password: "pw-alice", Email: "alice@example.com", Groups: []string{"muster:operators"}},
+			{Username: "victor", Password: "pw-victor", Email: "victor@example.com", Groups: []string{"muster:viewers"}},
+		},
+		// Short-lived ID tokens, so that the test sees one refreshed.
+		Clients: []oidctest.Client{loopbackClient(cliClient, 15*time.Second)},
+	})
+	s := startServer(t, "", "--authentication-config", writeAuthConfig(t, jwtEntry(p, []string{cliClient}, directGroups)))
+	serverCA := filepath.Join(t.TempDir(), "muster-ca.crt")
+	if err := os.WriteFile(serverCA, s.caPEM(t), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	login := func(kubeconfig, cache string, extra ...string) *loginProcess {
+		return startLogin(t, kubeconfig, append([]string{"--server", s.url(), "--certificate-authority", serverCA,
+			"--issuer", p.Issuer, "--issuer-ca", p.CAFile, "--client-id", cliClient, "--cache-dir", cache, "--open-browser=false"}, extra...)...)
+	}
+
+	// Alice, through the browser: the test is her browser, following the
+	// printed URL through the provider's login page back to the CLI's
+	// loopback listener.
+	aliceKC, aliceCache := filepath.Join(t.TempDir(), "config"), t.TempDir()
+	l := login(aliceKC, aliceCache)
+	authURL := l.waitLine(t, regexp.MustCompile(`^\s+(https://\S+)$`))[1]
+	back := p.Login(t, nil, authURL, "alice", "pw-alice")
+	if back.Hostname() != "127.0.0.1" || back.Query().Get("code") == "" {
+		t.Fatalf("the provider sent the browser to %s, want the CLI's loopback listener with a code", back)
+	}
+	resp, err := http.Get(back.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), "Signed in as alice@example.com") {
+		t.Fatalf("the CLI's listener answered %s %s", resp.Status, page)
+	}
+	l.wait(t)
+	if !strings.Contains(l.stdout.String(), "Signed in as alice@example.com") {
+		t.Errorf("login printed %q", l.stdout.String())
+	}
+	for _, f := range []string{aliceKC, cacheFileIn(t, aliceCache)} {
+		if fi, err := os.Stat(f); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v, mode %v; want 0600 (it signs alice in)", f, err, fi.Mode())
+		}
+	}
+	if out, err := kubectlAs(aliceKC, "get", "machines"); err != nil || !strings.Contains(out, "No resources found") {
+		t.Fatalf("alice: kubectl get machines: %v\n%s\n%s", err, out, lastLines(s.log.String(), 10))
+	}
+	if out, _ := kubectlAs(aliceKC, "delete", "machine", "no-such-machine"); !strings.Contains(out, "NotFound") {
+		t.Errorf("alice (muster:operators) deleting a machine: %s, want NotFound", out)
+	}
+
+	// Her ID token expires: the credential plugin refreshes it with the
+	// refresh token, and kubectl goes on working.
+	first := readCache(t, aliceCache)
+	exp := time.Unix(int64(jwtClaims(t, first.IDToken)["exp"].(float64)), 0)
+	waitFor(t, 30*time.Second, "alice's ID token to be due for a refresh", func() bool { return time.Until(exp) < 3*time.Second })
+	if out, err := kubectlAs(aliceKC, "get", "machines"); err != nil {
+		t.Fatalf("alice after her ID token expired: %v\n%s", err, out)
+	}
+	if again := readCache(t, aliceCache); again.IDToken == first.IDToken || again.IDToken == "" {
+		t.Errorf("the credential plugin did not refresh alice's ID token")
+	}
+
+	// Victor, on a host without a browser: the device flow. He enters the
+	// printed code on the provider's device page elsewhere.
+	victorKC, victorCache := filepath.Join(t.TempDir(), "config"), t.TempDir()
+	l = login(victorKC, victorCache, "--device")
+	code := l.waitLine(t, regexp.MustCompile(`enter the code (\S+)`))[1]
+	p.ApproveDevice(t, code, "victor", "pw-victor")
+	l.wait(t)
+	if out, err := kubectlAs(victorKC, "get", "machines"); err != nil || !strings.Contains(out, "No resources found") {
+		t.Fatalf("victor: kubectl get machines: %v\n%s", err, out)
+	}
+	if out, _ := kubectlAs(victorKC, "delete", "machine", "no-such-machine"); !strings.Contains(out, "Forbidden") {
+		t.Errorf("victor (muster:viewers) deleting a machine: %s, want Forbidden", out)
+	}
+}
+
+type tokenCache struct {
+	IDToken      string `json:"idToken"`
+	RefreshToken string `json:"refreshToken"`
+}
+
+func cacheFileIn(t *testing.T, dir string) string {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	if len(files) != 1 {
+		t.Fatalf("token cache %s holds %v, want one file", dir, files)
+	}
+	return files[0]
+}
+
+func readCache(t *testing.T, dir string) tokenCache {
+	t.Helper()
+	b, err := os.ReadFile(cacheFileIn(t, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c tokenCache
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
