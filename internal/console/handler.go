@@ -48,6 +48,8 @@ type Console struct {
 	Tokens   Store
 	Sessions *Sessions
 	Now      func() time.Time
+	// OIDC, if set, offers "Sign in with <provider>" beside console tokens.
+	OIDC *OIDC
 }
 
 // New returns a console keeping tokens and sessions in their stores.
@@ -86,6 +88,15 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case TokensPath:
 		c.mint(w, r)
+		return
+	case OIDCProviderPath, OIDCStartPath, OIDCCallbackPath:
+		if r.Method != http.MethodGet {
+			fail(w, http.StatusMethodNotAllowed, "the sign-in with an identity provider is a browser's GET")
+			return
+		}
+		map[string]func(http.ResponseWriter, *http.Request){
+			OIDCProviderPath: c.oidcProvider, OIDCStartPath: c.oidcStart, OIDCCallbackPath: c.oidcCallback,
+		}[r.URL.Path](w, r)
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {

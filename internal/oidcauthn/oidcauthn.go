@@ -58,6 +58,7 @@ type Authenticator struct {
 	// Path is the file it was read from.
 	Path    string
 	issuers []string
+	entries []apiserver.JWTAuthenticator
 	each    []oidc.AuthenticatorTokenWithHealthCheck
 	union   authenticator.Token
 }
@@ -122,6 +123,7 @@ func Load(ctx context.Context, path string) (*Authenticator, error) {
 		}
 		a.each = append(a.each, t)
 		a.issuers = append(a.issuers, j.Issuer.URL)
+		a.entries = append(a.entries, j)
 		toks = append(toks, t)
 	}
 	a.union = tokenunion.New(toks...)
@@ -146,6 +148,17 @@ func (a *Authenticator) HealthCheck() error {
 		}
 	}
 	return utilerrors.NewAggregate(errs)
+}
+
+// Issuer is the file's entry for issuer: its CA (PEM, empty for the
+// system's roots) and the audiences its tokens may be for.
+func (a *Authenticator) Issuer(issuer string) (ca []byte, audiences []string, ok bool) {
+	for _, j := range a.entries {
+		if j.Issuer.URL == issuer {
+			return []byte(j.Issuer.CertificateAuthority), j.Issuer.Audiences, true
+		}
+	}
+	return nil, nil, false
 }
 
 // Issuers are the configured providers' issuer URLs.

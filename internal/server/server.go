@@ -66,6 +66,9 @@ type Config struct {
 	// providers whose ID tokens sign people in (internal/oidcauthn);
 	// empty for none.
 	AuthenticationConfig string
+	// ConsoleOIDC, if its ClientID is set, offers "Sign in with
+	// <provider>" on the console, with a provider of AuthenticationConfig.
+	ConsoleOIDC ConsoleOIDC
 	// DatastoreTLS is the CA, client certificate and key an external etcd
 	// is reached with (--datastore-cafile/certfile/keyfile).
 	DatastoreTLS store.TLSFiles
@@ -293,12 +296,18 @@ func run(ctx context.Context, cfg Config) error {
 	}
 
 	var idTokens authenticator.Token
+	var consoleOIDC *console.OIDC
 	if cfg.AuthenticationConfig != "" {
 		a, err := oidcauthn.Load(ctx, cfg.AuthenticationConfig)
 		if err != nil {
 			return err
 		}
 		idTokens = a
+		if consoleOIDC, err = cfg.ConsoleOIDC.build(a); err != nil {
+			return err
+		}
+	} else if cfg.ConsoleOIDC.ClientID != "" {
+		return fmt.Errorf("--console-oidc-client-id needs --%s: the file names the identity provider and how its tokens map to users and groups", oidcauthn.Flag)
 	}
 
 	consoleClient, err := ds.Client()
@@ -307,6 +316,7 @@ func run(ctx context.Context, cfg Config) error {
 	}
 	defer consoleClient.Close()
 	webConsole := console.OnDatastore(consoleClient)
+	webConsole.OIDC = consoleOIDC
 	public := install.New(install.Config{AgentBinary: cfg.AgentBinary, AgentBinariesDir: cfg.AgentBinariesDir, Caller: apiserver.CallerName}).Paths()
 	public[console.Prefix] = webConsole
 

@@ -75,7 +75,10 @@ type Provider struct {
 	// CAPEM is its content.
 	CAFile string
 	CAPEM  []byte
-	Dir    string
+	// CertFile is the provider's serving certificate (a browser's test
+	// pins its key).
+	CertFile string
+	Dir      string
 
 	admin string
 	proc  *proc.Proc
@@ -121,6 +124,7 @@ func Start(t testing.TB, opts Options) *Provider {
 	host := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	p := &Provider{Issuer: "https://" + host, Dir: dir, admin: random(16), CAFile: filepath.Join(dir, "ca.crt")}
 	cert, key := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
+	p.CertFile = cert
 	writeCerts(t, p.CAFile, cert, key)
 	if p.CAPEM, err = os.ReadFile(p.CAFile); err != nil {
 		t.Fatal(err)
