@@ -138,6 +138,18 @@ func (o Options) Token(ctx context.Context, p Provider) error {
 	if err := p.check(); err != nil {
 		return err
 	}
+	path, err := p.cacheFile()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("creating the token cache %s: %w", filepath.Dir(path), err)
+	}
+	unlock, err := lockFile(path + ".lock")
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	c, _ := p.load()
 	if c.IDToken != "" && live(c.IDToken) {
 		return o.credential(c.IDToken)

@@ -209,7 +209,10 @@ func forge(t *testing.T, header, claims map[string]any, key *rsa.PrivateKey) str
 func TestOIDCBadTokensRefused(t *testing.T) {
 	t.Parallel()
 	users := []oidctest.User{{Username: "alice", Password: "pw-alice", Email: "alice@example.com", Groups: []string{"muster:operators"}}}
-	p := oidctest.Start(t, oidctest.Options{Users: users, Clients: []oidctest.Client{
+	// A provider account whose group, mapped without a prefix, is the one
+	// Muster gives its servers: a real token, and still refused.
+	mallory := oidctest.User{Username: "mallory", Password: "pw-mallory", Email: "mallory@example.com", Groups: []string{"muster:servers"}}
+	p := oidctest.Start(t, oidctest.Options{Users: append(users, mallory), Clients: []oidctest.Client{
 		loopbackClient(cliClient, 0),
 		loopbackClient("short-lived", 2*time.Second),
 		loopbackClient("another-app", 0),
@@ -264,6 +267,7 @@ func TestOIDCBadTokensRefused(t *testing.T) {
 		{"alg none", func() string { return none }, "id token signed with unsupported algorithm"},
 		{"unknown key", func() string { return unknownKey }, "failed to verify id token signature"},
 		{"provider's kid, other key", func() string { return stolenKid }, "failed to verify id token signature"},
+		{"mapped to a server's group", func() string { return p.IDToken(t, cliClient, "mallory", "pw-mallory") }, "claims an identity only muster issues"},
 		{"key rotated out", func() string {
 			// good was signed with the first key. The provider rotates,
 			// retires the first key, and signs a token with the new
