@@ -17,12 +17,14 @@
 package oidcauthn
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -36,6 +38,7 @@ import (
 	authenticationcel "k8s.io/apiserver/pkg/authentication/cel"
 	tokenunion "k8s.io/apiserver/pkg/authentication/token/union"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/apiserver/pkg/util/filesystem"
 	"k8s.io/apiserver/plugin/pkg/authenticator/token/oidc"
 	"k8s.io/klog/v2"
 
@@ -53,15 +56,31 @@ var signingAlgs = []string{"RS256", "RS384", "RS512", "ES256", "ES384", "ES512",
 // documents before serving anyway (their tokens are refused until then).
 var readyWithin = 10 * time.Second
 
-// Authenticator verifies ID tokens from the configured providers.
+// Authenticator verifies ID tokens from the configured providers. The
+// file is watched: a change that reads and validates replaces the
+// providers once the new ones have loaded their keys (or after
+// reloadWait), as kube-apiserver does; one that does not is logged and the
+// running providers stay.
 type Authenticator struct {
 	// Path is the file it was read from.
 	Path    string
+	current atomic.Pointer[providers]
+}
+
+// providers are the authenticators of one version of the file.
+type providers struct {
+	raw     []byte
 	issuers []string
 	entries []apiserver.JWTAuthenticator
 	each    []oidc.AuthenticatorTokenWithHealthCheck
 	union   authenticator.Token
+	// stop ends these providers' key fetching, once they are replaced.
+	stop context.CancelFunc
 }
+
+// reloadWait bounds how long a changed file's providers may take to load
+// their keys before they replace the running ones anyway.
+var reloadWait = 30 * time.Second
 
 // Read decodes and validates an AuthenticationConfiguration file the way
 // kube-apiserver does (strict decoding, the library's validation with its
@@ -72,6 +91,10 @@ func Read(path string) (*apiserver.AuthenticationConfiguration, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--%s: %w", Flag, err)
 	}
+	return decode(path, b)
+}
+
+func decode(path string, b []byte) (*apiserver.AuthenticationConfiguration, error) {
 	scheme := runtime.NewScheme()
 	install.Install(scheme)
 	obj, _, err := serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDecoder().Decode(b, nil, nil)
@@ -99,50 +122,99 @@ func Read(path string) (*apiserver.AuthenticationConfiguration, error) {
 // (trusting the entry's certificateAuthority, else the system's roots) and
 // fetches the keys again when a token names one it has not seen, so a
 // provider's key rotation needs no restart. Load waits a little for the
-// providers to answer and logs those that did not.
+// providers to answer and logs those that did not; then it watches the
+// file for changes.
 func Load(ctx context.Context, path string) (*Authenticator, error) {
-	cfg, err := Read(path)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", Flag, err)
+	}
+	p, err := build(ctx, path, raw)
 	if err != nil {
 		return nil, err
 	}
-	compiler := authenticationcel.NewDefaultCompiler()
 	a := &Authenticator{Path: path}
+	a.current.Store(p)
+	p.await(ctx, readyWithin)
+	if err := p.healthCheck(); err != nil {
+		klog.InfoS("Identity provider not reachable yet: its tokens are refused until it is (retried every 10s)", "file", path, "reason", err.Error())
+	}
+	klog.InfoS("Signing in with identity providers", "file", path, "issuers", p.issuers)
+	go filesystem.WatchUntil(ctx, time.Minute, path, func() { a.reload(ctx) }, func(err error) {
+		klog.InfoS("Watching --"+Flag+" for changes failed; it is read again every minute", "file", path, "reason", err.Error())
+	})
+	return a, nil
+}
+
+// reload reads the file again and, if it changed and is valid, swaps in
+// its providers; the old ones stop a minute later, when requests that
+// began with them are done.
+func (a *Authenticator) reload(ctx context.Context) {
+	raw, err := os.ReadFile(a.Path)
+	old := a.current.Load()
+	if err == nil && bytes.Equal(raw, old.raw) {
+		return
+	}
+	var p *providers
+	if err == nil {
+		p, err = build(ctx, a.Path, raw)
+	}
+	if err != nil {
+		klog.ErrorS(err, "The changed --"+Flag+" is refused; signing in with the previous one", "file", a.Path, "issuers", old.issuers)
+		return
+	}
+	p.await(ctx, reloadWait)
+	a.current.Store(p)
+	time.AfterFunc(time.Minute, old.stop)
+	klog.InfoS("Signing in with identity providers from the changed --"+Flag, "file", a.Path, "issuers", p.issuers, "notReady", fmt.Sprint(p.healthCheck()))
+}
+
+// build starts the authenticators of one version of the file.
+func build(ctx context.Context, path string, raw []byte) (*providers, error) {
+	cfg, err := decode(path, raw)
+	if err != nil {
+		return nil, err
+	}
+	ctx, stop := context.WithCancel(ctx)
+	compiler := authenticationcel.NewDefaultCompiler()
+	p := &providers{raw: raw, stop: stop}
 	var toks []authenticator.Token
 	for i, j := range cfg.JWT {
 		opts := oidc.Options{JWTAuthenticator: j, Compiler: compiler, SupportedSigningAlgs: signingAlgs}
 		if j.Issuer.CertificateAuthority != "" {
 			ca, err := dynamiccertificates.NewStaticCAContent(fmt.Sprintf("oidc-%d", i), []byte(j.Issuer.CertificateAuthority))
 			if err != nil {
+				stop()
 				return nil, fmt.Errorf("--%s %s: jwt[%d] (%s): certificateAuthority: %w", Flag, path, i, j.Issuer.URL, err)
 			}
 			opts.CAContentProvider = ca
 		}
 		t, err := oidc.New(ctx, opts)
 		if err != nil {
+			stop()
 			return nil, fmt.Errorf("--%s %s: jwt[%d] (%s): %w", Flag, path, i, j.Issuer.URL, err)
 		}
-		a.each = append(a.each, t)
-		a.issuers = append(a.issuers, j.Issuer.URL)
-		a.entries = append(a.entries, j)
+		p.each = append(p.each, t)
+		p.issuers = append(p.issuers, j.Issuer.URL)
+		p.entries = append(p.entries, j)
 		toks = append(toks, t)
 	}
-	a.union = tokenunion.New(toks...)
-	waitCtx, cancel := context.WithTimeout(ctx, readyWithin)
-	defer cancel()
-	_ = wait.PollUntilContextCancel(waitCtx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
-		return a.HealthCheck() == nil, nil
-	})
-	if err := a.HealthCheck(); err != nil {
-		klog.InfoS("Identity provider not reachable yet: its tokens are refused until it is (retried every 10s)", "file", path, "reason", err.Error())
-	}
-	klog.InfoS("Signing in with identity providers", "file", path, "issuers", a.issuers)
-	return a, nil
+	p.union = tokenunion.New(toks...)
+	return p, nil
 }
 
-// HealthCheck says which providers' keys are not loaded yet.
-func (a *Authenticator) HealthCheck() error {
+// await waits up to within for every provider's keys.
+func (p *providers) await(ctx context.Context, within time.Duration) {
+	waitCtx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	_ = wait.PollUntilContextCancel(waitCtx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		return p.healthCheck() == nil, nil
+	})
+}
+
+func (p *providers) healthCheck() error {
 	var errs []error
-	for _, t := range a.each {
+	for _, t := range p.each {
 		if err := t.HealthCheck(); err != nil {
 			errs = append(errs, err)
 		}
@@ -150,10 +222,13 @@ func (a *Authenticator) HealthCheck() error {
 	return utilerrors.NewAggregate(errs)
 }
 
+// HealthCheck says which providers' keys are not loaded yet.
+func (a *Authenticator) HealthCheck() error { return a.current.Load().healthCheck() }
+
 // Issuer is the file's entry for issuer: its CA (PEM, empty for the
 // system's roots) and the audiences its tokens may be for.
 func (a *Authenticator) Issuer(issuer string) (ca []byte, audiences []string, ok bool) {
-	for _, j := range a.entries {
+	for _, j := range a.current.Load().entries {
 		if j.Issuer.URL == issuer {
 			return []byte(j.Issuer.CertificateAuthority), j.Issuer.Audiences, true
 		}
@@ -162,7 +237,7 @@ func (a *Authenticator) Issuer(issuer string) (ca []byte, audiences []string, ok
 }
 
 // Issuers are the configured providers' issuer URLs.
-func (a *Authenticator) Issuers() []string { return append([]string(nil), a.issuers...) }
+func (a *Authenticator) Issuers() []string { return append([]string(nil), a.current.Load().issuers...) }
 
 // AuthenticateToken implements authenticator.Token. A bearer token that
 // is not a JWT is not this authenticator's (join tokens are someone
@@ -174,12 +249,13 @@ func (a *Authenticator) AuthenticateToken(ctx context.Context, token string) (*a
 	if !isJWT {
 		return nil, false, nil
 	}
-	resp, ok, err := a.union.AuthenticateToken(ctx, token)
+	p := a.current.Load()
+	resp, ok, err := p.union.AuthenticateToken(ctx, token)
 	if err != nil {
 		return nil, false, fmt.Errorf("ID token from issuer %q refused: %w", iss, err)
 	}
 	if !ok {
-		return nil, false, fmt.Errorf("ID token refused: its issuer %q is none of the providers in --%s %s (%s)", iss, Flag, a.Path, strings.Join(a.issuers, ", "))
+		return nil, false, fmt.Errorf("ID token refused: its issuer %q is none of the providers in --%s %s (%s)", iss, Flag, a.Path, strings.Join(p.issuers, ", "))
 	}
 	if err := caller.CheckExternal(resp.User); err != nil {
 		return nil, false, fmt.Errorf("ID token from issuer %q refused: %w; map the provider's claims with a prefix in --%s", iss, err, Flag)

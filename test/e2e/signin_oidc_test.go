@@ -480,3 +480,57 @@ func readCache(t *testing.T, dir string) tokenCache {
 	}
 	return c
 }
+
+// A change to --authentication-config takes effect without a restart:
+// a provider added to the file signs people in, a file that does not
+// validate is refused (the running providers stay), and a provider taken
+// out of the file signs nobody in any more.
+func TestOIDCConfigReload(t *testing.T) {
+	t.Parallel()
+	users := []oidctest.User{{Username: "alice", Password: "pw-alice", Email: "alice@example.com", Groups: []string{"muster:viewers"}}}
+	a := oidctest.Start(t, oidctest.Options{Users: users, Clients: []oidctest.Client{loopbackClient(cliClient, 0)}})
+	b := oidctest.Start(t, oidctest.Options{Users: users, Clients: []oidctest.Client{loopbackClient(cliClient, 0)}})
+	cfg := writeAuthConfig(t, jwtEntry(a, []string{cliClient}, directGroups))
+	s := startServer(t, "", "--authentication-config", cfg)
+	fromA, fromB := a.IDToken(t, cliClient, "alice", "pw-alice"), b.IDToken(t, cliClient, "alice", "pw-alice")
+	works := func(token string) bool {
+		_, err := kubectlAs(tokenKubeconfig(t, s, "alice", token), "get", "machines")
+		return err == nil
+	}
+	if !works(fromA) || works(fromB) {
+		t.Fatalf("before the change: provider A's token works %v (want true), B's %v (want false)", works(fromA), works(fromB))
+	}
+	// The operator adds provider B to the file in place.
+	rewrite := func(content []byte) {
+		t.Helper()
+		if err := os.WriteFile(cfg, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	both, err := os.ReadFile(writeAuthConfig(t, jwtEntry(a, []string{cliClient}, directGroups), jwtEntry(b, []string{cliClient}, directGroups)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rewrite(both)
+	waitFor(t, 60*time.Second, "provider B's token to work after B was added to the file", func() bool { return works(fromB) })
+
+	// A file that does not validate changes nothing, and says why.
+	rewrite([]byte("apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\njwt:\n- issuer: {url: http://plain.example, audiences: [x]}\n"))
+	waitFor(t, 60*time.Second, "the server to refuse the broken file", func() bool {
+		return strings.Contains(s.log.String(), "The changed --authentication-config is refused")
+	})
+	if !works(fromA) || !works(fromB) {
+		t.Fatalf("after a broken file: A's token works %v, B's %v; want both", works(fromA), works(fromB))
+	}
+
+	// Provider A is taken out.
+	onlyB, err := os.ReadFile(writeAuthConfig(t, jwtEntry(b, []string{cliClient}, directGroups)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rewrite(onlyB)
+	waitFor(t, 60*time.Second, "provider A's token to stop working after A was taken out", func() bool { return !works(fromA) })
+	if !works(fromB) {
+		t.Errorf("provider B's token stopped working")
+	}
+}
