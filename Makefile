@@ -28,7 +28,7 @@ TEST_FLAGS ?= -p 1 -parallel 4 -count=1 -timeout 45m
 .DEFAULT_GOAL := all
 
 # `make ha` starts PostgreSQL, three servers on 127.0.0.1-3 and agents (hack/ha.sh).
-.PHONY: docs screenshots all build run peer s3 ha ha-stop test test-unit test-e2e vet fuzz generate verify-generated bench bench-peer postgres-start postgres-stop clean
+.PHONY: docs screenshots all build run peer s3 oidc ha ha-stop test test-unit test-e2e vet fuzz generate verify-generated bench bench-peer postgres-start postgres-stop clean
 
 all: build
 
@@ -60,6 +60,12 @@ peer:
 s3:
 	hack/s3.sh
 
+# The OpenID provider the sign-in tests run: zitadel/oidc v3.52.0's
+# provider package in its own module (hack/oidc/provider), built into
+# ~/.cache/muster/oidc (internal/testenv/oidctest runs it).
+oidc:
+	hack/oidc.sh
+
 ha-stop:
 	hack/ha.sh stop muster-ha
 
@@ -69,9 +75,9 @@ vet:
 # Every test: unit, storage conformance (SQLite and PostgreSQL), and end-to-end
 # with real server processes and real kubectl. PostgreSQL is started by the
 # tests themselves (hack/postgres.sh) unless MUSTER_TEST_POSTGRES_DSN is set.
-# The peer kube-apiserver and the S3 server are built once per machine
+# The peer kube-apiserver, the S3 server and the OpenID provider are built once per machine
 # (cached outside the checkout), so that every test runs, not only under CI.
-test: build peer s3
+test: build peer s3 oidc
 	$(GO) vet ./...
 	MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server MUSTER_AGENT_BIN=$(CURDIR)/$(BIN)/muster-agent $(GO) test $(TEST_FLAGS) ./...
 

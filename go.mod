@@ -11,7 +11,12 @@ require (
 	k8s.io/client-go v0.37.2
 )
 
-require github.com/mxk/go-flowrate v0.0.0-20140419014527-cca7078d478f // indirect
+require (
+	github.com/coreos/go-oidc v2.5.0+incompatible // indirect
+	github.com/mxk/go-flowrate v0.0.0-20140419014527-cca7078d478f // indirect
+	github.com/pquerna/cachecontrol v0.1.0 // indirect
+	gopkg.in/go-jose/go-jose.v2 v2.6.3 // indirect
+)
 
 require (
 	cel.dev/expr v0.25.3 // indirect
@@ -152,7 +157,7 @@ require (
 	golang.org/x/exp v0.0.0-20261014143641-f0251eb4aa3e // indirect
 	golang.org/x/mod v0.42.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
-	golang.org/x/oauth2 v0.37.0 // indirect
+	golang.org/x/oauth2 v0.37.0
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/term v0.47.0 // indirect

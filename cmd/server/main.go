@@ -88,6 +88,12 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.StringVar(&cfg.DatastoreEndpoint, "datastore-endpoint", "", "datastore: empty for SQLite in the data dir, postgres://user:pass@host:port/db, or http(s)://etcd:2379 (default $MUSTER_DATASTORE_ENDPOINT); a password here is visible to local users, prefer --datastore-endpoint-file")
 	fl.StringVar(&endpointFile, "datastore-endpoint-file", "", "file holding the --datastore-endpoint, so that its password is not on the command line")
 	datastoreTLSFlags(fl, &cfg.DatastoreTLS)
+	fl.StringVar(&cfg.AuthenticationConfig, "authentication-config", "", "AuthenticationConfiguration file (kube-apiserver's format, apiserver.config.k8s.io/v1) naming the OIDC identity providers whose ID tokens sign people in: issuer, audiences, certificateAuthority, claimMappings for username and groups (docs/auth.md)")
+	fl.StringVar(&cfg.ConsoleOIDC.ClientID, "console-oidc-client-id", "", "offer \"Sign in with <provider>\" on the web console, as this client of the identity provider (one of --authentication-config's, with this client among its audiences; redirect URI https://HOST:PORT/console/oidc/callback)")
+	fl.StringVar(&cfg.ConsoleOIDC.Issuer, "console-oidc-issuer", "", "the identity provider of the console's sign-in, when --authentication-config names several")
+	fl.StringVar(&cfg.ConsoleOIDC.ClientSecretFile, "console-oidc-client-secret-file", "", "file holding the console client's secret, for a confidential client (PKCE is used either way)")
+	fl.StringVar(&cfg.ConsoleOIDC.Name, "console-oidc-name", "", "the identity provider's name on the console's sign-in button (default: its host)")
+	fl.DurationVar(&cfg.ConsoleOIDC.SessionTTL, "console-oidc-session-ttl", 8*time.Hour, "how long a console session started with the identity provider lasts")
 	fl.StringVar(&cfg.EncryptionProviderConfig, "encryption-provider-config", "", "EncryptionConfiguration file (kube-apiserver's format, mode 0600) whose aesgcm or secretbox keys encrypt MachinePlans and MachinePlanSets at rest; every server of a deployment needs the same file (docs/encryption.md)")
 
 	fl.StringVar(&cfg.Token, "token", "", "server token shared by every server on one datastore (default: --token-file, else $MUSTER_TOKEN, else the data dir's, else generated); it seals the CA in the datastore")

@@ -9,26 +9,29 @@ import (
 	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
 	"k8s.io/apiserver/pkg/authentication/request/union"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
+	tokenunion "k8s.io/apiserver/pkg/authentication/token/union"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 )
 
 // newAuthenticator accepts, in order: client certificates signed by the
-// cluster CA (CN is the user, O the groups), bearer tokens that tokens
-// recognises (join tokens), console sessions (a cookie with the console's
+// cluster CA (CN is the user, O the groups), bearer tokens that one of
+// tokens recognises (join tokens, identity providers' ID tokens), console sessions (a cookie with the console's
 // header), and anonymous requests only on the public paths,
 // so that an unauthenticated request anywhere else is a 401, not a 403.
 // Extra public paths (publicPrefixes: exact, or a prefix when they end in
 // "/") are anonymous too, except the private paths under them: a request
 // for one without a credential is a 401.
-func newAuthenticator(clientCA dynamiccertificates.CAContentProvider, tokens authenticator.Token, sessions authenticator.Request, publicPrefixes, privatePaths []string) authenticator.Request {
+func newAuthenticator(clientCA dynamiccertificates.CAContentProvider, tokens []authenticator.Token, sessions authenticator.Request, publicPrefixes, privatePaths []string) authenticator.Request {
 	authenticators := []authenticator.Request{
 		newCachedCertAuthenticator(clientCA.VerifyOptions,
 			x509request.NewDynamic(clientCA.VerifyOptions, x509request.CommonNameUserConversion)),
 	}
-	if tokens != nil {
-		authenticators = append(authenticators, bearertoken.New(tokens))
+	if len(tokens) > 0 {
+		// Each token authenticator answers "not mine" for another's
+		// tokens (a join token is no JWT); a refusal's reason is logged.
+		authenticators = append(authenticators, bearertoken.New(tokenunion.New(tokens...)))
 	}
 	if sessions != nil {
 		authenticators = append(authenticators, sessions)

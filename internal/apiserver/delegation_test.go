@@ -73,7 +73,7 @@ func TestAggregatedJoinTokensNeverReachTokenReview(t *testing.T) {
 	const kubeToken = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6ZGVmYXVsdDpib3QifQ.c2lnbmF0dXJl"
 	review := &tokenReview{accept: kubeToken}
 	delegated := union.New(bearertoken.New(review), websocket.NewProtocolAuthenticator(review))
-	chain := withDelegate(newAuthenticator(clientCA, tokens, nil, nil, nil), delegated)
+	chain := withDelegate(newAuthenticator(clientCA, []authenticator.Token{tokens}, nil, nil, nil), delegated)
 
 	bearer := func(token string) func(*http.Request) {
 		return func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+token) }

@@ -63,6 +63,10 @@ type credentialGate struct {
 	tokens   *TokenAuthenticator
 	agents   *AgentAuthorizer
 	loopback string
+	// idTokens is set when the chain also accepts identity providers'
+	// ID tokens: a bearer token that is not in a join token's shape is
+	// then the chain's to judge (and to refuse with its reason).
+	idTokens bool
 	failures *failureLimiter
 	hold     time.Duration
 	recheck  time.Duration
@@ -83,7 +87,7 @@ func (g *credentialGate) wait() {
 
 func (g *credentialGate) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if token, ok := bearerToken(r); ok && (g.loopback == "" || subtle.ConstantTimeCompare([]byte(token), []byte(g.loopback)) != 1) {
+		if token, ok := bearerToken(r); ok && (g.loopback == "" || subtle.ConstantTimeCompare([]byte(token), []byte(g.loopback)) != 1) && !g.notJoinToken(token) {
 			client := ratelimit.Address(r)
 			if wait := g.failures.blocked(client); wait > 0 {
 				metrics.TokenFailed(metrics.TokenBlocked)
@@ -116,6 +120,17 @@ func (g *credentialGate) wrap(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// notJoinToken says whether token is for the chain's other bearer
+// authenticators: with ID tokens accepted, any token not shaped as a join
+// token is.
+func (g *credentialGate) notJoinToken(token string) bool {
+	if !g.idTokens {
+		return false
+	}
+	_, err := jointoken.Parse(token)
+	return err != nil
 }
 
 // authenticates reports whether token is a join token this server knows,

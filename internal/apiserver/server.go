@@ -103,6 +103,10 @@ type Config struct {
 	// PublicWritePaths are public paths anyone may also POST and DELETE
 	// to (the console's sign-in: the handler checks the credential).
 	PublicWritePaths []string
+	// IDTokens, if set, authenticates bearer tokens that are an
+	// identity provider's ID tokens (--authentication-config,
+	// internal/oidcauthn).
+	IDTokens authenticator.Token
 	// Sessions, if set, authenticates browser sessions (the web console's
 	// cookie, only on requests that carry its CSRF header).
 	Sessions authenticator.Request
@@ -293,7 +297,7 @@ func (c *CompletedConfig) New(parts Parts) (*Server, error) {
 	// chain's authorizer judges it with the roles (internal/k8sproxy).
 	rc.RequestInfoResolver = k8sproxy.RequestInfoResolver(genericapiserver.NewRequestInfoResolver(&rc.Config))
 	observe := cfg.ObserveCaller
-	gate := &credentialGate{tokens: parts.Tokens, agents: parts.Agents, failures: newFailureLimiter(AuthFailureLimit, AuthFailureWindow), hold: credentialHold,
+	gate := &credentialGate{tokens: parts.Tokens, agents: parts.Agents, idTokens: cfg.IDTokens != nil, failures: newFailureLimiter(AuthFailureLimit, AuthFailureWindow), hold: credentialHold,
 		recheck: unknownTokenRecheck, rechecking: make(chan struct{}, maxRechecking)}
 	rc.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {
 		refuse := func(w http.ResponseWriter, r *http.Request, err error) {
@@ -334,7 +338,14 @@ func (c *CompletedConfig) New(parts Parts) (*Server, error) {
 	for path := range cfg.PublicHandlers {
 		publicPaths = append(publicPaths, path)
 	}
-	rc.Authentication.Authenticator = newAuthenticator(clientCA, parts.Tokens, cfg.Sessions, publicPaths, cfg.PrivatePaths)
+	var tokens []authenticator.Token
+	if parts.Tokens != nil {
+		tokens = append(tokens, parts.Tokens)
+	}
+	if cfg.IDTokens != nil {
+		tokens = append(tokens, cfg.IDTokens)
+	}
+	rc.Authentication.Authenticator = newAuthenticator(clientCA, tokens, cfg.Sessions, publicPaths, cfg.PrivatePaths)
 	peerPaths := make([]string, 0, len(cfg.PeerHandlers))
 	for path := range cfg.PeerHandlers {
 		peerPaths = append(peerPaths, path)

@@ -77,3 +77,24 @@ func Reserved(u user.Info) bool {
 	}
 	return false
 }
+
+// CheckExternal refuses an identity an identity provider's ID token maps
+// to when it would pass for an agent, a bootstrap caller or a server
+// (Reserved), or for Kubernetes itself (a "system:" name or group).
+// Administrators (system:masters) and the built-in roles may come from a
+// provider, as its groups decide; any other group grants nothing unless
+// something binds it.
+func CheckExternal(u user.Info) error {
+	if Reserved(u) {
+		return fmt.Errorf("user %q with groups %v claims an identity only muster issues (an agent's, a bootstrap caller's or a server's)", u.GetName(), u.GetGroups())
+	}
+	if strings.HasPrefix(u.GetName(), "system:") {
+		return fmt.Errorf("user name %q starts with \"system:\", which belongs to Kubernetes itself", u.GetName())
+	}
+	for _, g := range u.GetGroups() {
+		if strings.HasPrefix(g, "system:") && g != user.SystemPrivilegedGroup {
+			return fmt.Errorf("group %q belongs to Kubernetes itself", g)
+		}
+	}
+	return nil
+}

@@ -53,6 +53,8 @@ type Console struct {
 	// built-in roles judge. The console's pages then select those
 	// clusters in every list, as the API requires of such a user.
 	Scope func(user string, groups []string) (clusters []string, scoped bool)
+	// OIDC, if set, offers "Sign in with <provider>" beside console tokens.
+	OIDC *OIDC
 }
 
 // respond is the session's answer, with the user's scope.
@@ -100,6 +102,15 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case TokensPath:
 		c.mint(w, r)
+		return
+	case OIDCProviderPath, OIDCStartPath, OIDCCallbackPath:
+		if r.Method != http.MethodGet {
+			fail(w, http.StatusMethodNotAllowed, "the sign-in with an identity provider is a browser's GET")
+			return
+		}
+		map[string]func(http.ResponseWriter, *http.Request){
+			OIDCProviderPath: c.oidcProvider, OIDCStartPath: c.oidcStart, OIDCCallbackPath: c.oidcCallback,
+		}[r.URL.Path](w, r)
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/muster-io/muster/internal/datadir"
 
+	"k8s.io/apiserver/pkg/authentication/authenticator"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -34,6 +35,7 @@ import (
 	"github.com/muster-io/muster/internal/liveness"
 	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/internal/notify"
+	"github.com/muster-io/muster/internal/oidcauthn"
 	"github.com/muster-io/muster/internal/registry"
 	"github.com/muster-io/muster/internal/snapshot"
 	"github.com/muster-io/muster/internal/snapshot/s3store"
@@ -63,6 +65,14 @@ type Config struct {
 	// 0600) whose keys encrypt the resources it names at rest
 	// (internal/encryption); empty for none.
 	EncryptionProviderConfig string
+	// AuthenticationConfig is an AuthenticationConfiguration file
+	// (kube-apiserver's --authentication-config) naming the identity
+	// providers whose ID tokens sign people in (internal/oidcauthn);
+	// empty for none.
+	AuthenticationConfig string
+	// ConsoleOIDC, if its ClientID is set, offers "Sign in with
+	// <provider>" on the console, with a provider of AuthenticationConfig.
+	ConsoleOIDC ConsoleOIDC
 	// DatastoreTLS is the CA, client certificate and key an external etcd
 	// is reached with (--datastore-cafile/certfile/keyfile).
 	DatastoreTLS store.TLSFiles
@@ -299,12 +309,28 @@ func run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
+	var idTokens authenticator.Token
+	var consoleOIDC *console.OIDC
+	if cfg.AuthenticationConfig != "" {
+		a, err := oidcauthn.Load(ctx, cfg.AuthenticationConfig)
+		if err != nil {
+			return err
+		}
+		idTokens = a
+		if consoleOIDC, err = cfg.ConsoleOIDC.build(a); err != nil {
+			return err
+		}
+	} else if cfg.ConsoleOIDC.ClientID != "" {
+		return fmt.Errorf("--console-oidc-client-id needs --%s: the file names the identity provider and how its tokens map to users and groups", oidcauthn.Flag)
+	}
+
 	consoleClient, err := ds.Client()
 	if err != nil {
 		return fmt.Errorf("connecting the console's token store to the datastore: %w", err)
 	}
 	defer consoleClient.Close()
 	webConsole := console.OnDatastore(consoleClient)
+	webConsole.OIDC = consoleOIDC
 	public := install.New(install.Config{AgentBinary: cfg.AgentBinary, AgentBinariesDir: cfg.AgentBinariesDir, Caller: apiserver.CallerName}).Paths()
 	public[console.Prefix] = webConsole
 
@@ -364,6 +390,7 @@ func run(ctx context.Context, cfg Config) error {
 		PublicWritePaths:            []string{console.SessionPath},
 		PrivatePaths:                console.PrivatePaths,
 		Sessions:                    webConsole.Sessions,
+		IDTokens:                    idTokens,
 		EventTTL:                    cfg.EventTTL,
 		LastHeard:                   tracker.LastSeen,
 		Drivers:                     drivers,

@@ -716,7 +716,19 @@ function rolloutsPage(view) {
   return () => { s1(); s2(); };
 }
 
+// offerProvider shows "Sign in with <provider>" when the server signs
+// people in with an identity provider (its name is text, never HTML).
+async function offerProvider() {
+  try {
+    const p = await api('/console/oidc/provider', { noSignin: true });
+    $('signin-oidc').textContent = 'Sign in with ' + p.name;
+    $('signin-oidc').setAttribute('href', p.start);
+    $('signin-oidc-wrap').hidden = false;
+  } catch (_) { /* console tokens only */ }
+}
+
 async function boot() {
+  offerProvider();
   $('signin').addEventListener('submit', signin);
   $('signout').addEventListener('click', signout);
   window.addEventListener('hashchange', route);
