@@ -31,6 +31,7 @@ import (
 	"github.com/muster-io/muster/internal/liveness"
 	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/internal/registry"
+	"github.com/muster-io/muster/internal/rejoin"
 	"github.com/muster-io/muster/internal/snapshot"
 	"github.com/muster-io/muster/internal/snapshot/s3store"
 	"github.com/muster-io/muster/internal/store"
@@ -363,9 +364,14 @@ func run(ctx context.Context, cfg Config) error {
 	factory := registry.NewInformerFactory(objects, client, informers.WithTransform(slimForCache))
 	v := factory.Muster().V1alpha1()
 	tokenCache, machines, registrations := v.ClusterRegistrationTokens(), v.Machines().Informer(), v.ClusterRegistrations().Informer()
+	rejoinClient, err := ds.Client()
+	if err != nil {
+		return fmt.Errorf("connecting the rejoin's record to the datastore: %w", err)
+	}
+	defer rejoinClient.Close()
 	joins, err := join.New(join.Config{
 		CA: state.CA, Validity: cfg.AgentCertificateValidity, TokenJoinRate: cfg.JoinRate, TokenJoinBurst: cfg.JoinBurst,
-		Objects: objects, Machines: machines, Events: recorder,
+		Objects: objects, Machines: machines, Events: recorder, Rejoins: &rejoin.Store{Client: rejoinClient},
 	})
 	if err != nil {
 		return err
