@@ -274,7 +274,7 @@ func run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	stopHistory, err := startHistory(ctx, cfg, ds)
+	stopHistory, err := startHistory(ctx, cfg, ds, encrypt)
 	if err != nil {
 		return err
 	}
@@ -452,9 +452,10 @@ func checkEncryption(ctx context.Context, cfg Config, ds *store.Datastore) (*enc
 	return c, nil
 }
 
-// startHistory runs the transition history writer beside the API; its stop
+// startHistory runs the transition history writer beside the API (reading
+// what encrypt encrypts at rest decrypted); its stop
 // waits for it, so that the datastore closes after it.
-func startHistory(ctx context.Context, cfg Config, ds *store.Datastore) (func(), error) {
+func startHistory(ctx context.Context, cfg Config, ds *store.Datastore, encrypt *encryption.Config) (func(), error) {
 	switch {
 	case !cfg.History:
 		klog.InfoS("The transition history is off (--transition-history=false): muster-server history shows nothing new")
@@ -470,6 +471,11 @@ func startHistory(ctx context.Context, cfg Config, ds *store.Datastore) (func(),
 	hctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	w := &history.Writer{DB: ds.SQL(), Dialect: ds.Backend(), Client: client, Retention: cfg.HistoryRetention}
+	if encrypt != nil {
+		// Clusters may be encrypted at rest (their API credential): the
+		// writer reads them decrypted.
+		w.Read = encrypt.Read
+	}
 	go func() { defer close(done); w.Run(hctx) }()
 	return func() { cancel(); <-done; client.Close() }, nil
 }
