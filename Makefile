@@ -85,7 +85,9 @@ test: build peer s3 oidc
 # the same run: registration and restart storms, plan fan-out and latency, an
 # idle fleet, on SQLite and PostgreSQL (test/bench; `make test` runs the same
 # harness at smoke scale). Then whole-server figures (cold start, RSS, kubectl
-# apply of 1,000 objects, a plan-set rollout to 1,000 simulated machines).
+# apply of 1,000 objects, a plan-set rollout to 1,000 simulated machines), the
+# 10,000-object migrate, and a restore from S3 older than a fleet of 1,000
+# simulated and 20 real agents (time to Running; `make test` runs it at smoke scale).
 # Prints them; asserts nothing about speed.
 # MUSTER_BENCH_AGENTS=1000 MUSTER_BENCH_IDLE=60s make bench for a shorter run.
 bench: build
@@ -93,6 +95,7 @@ bench: build
 	MUSTER_BENCH_SCALE=full MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server $(GO) test -count=1 -run '^TestBench$$' -v -timeout 180m ./test/bench | tee bench/out/bench.txt
 	MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server MUSTER_AGENT_BIN=$(CURDIR)/$(BIN)/muster-agent $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/e2e | tee bench/out/server.txt
 	MUSTER_MOVE_OBJECTS=10000 MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server MUSTER_AGENT_BIN=$(CURDIR)/$(BIN)/muster-agent $(GO) test -count=1 -run 'TestDatastoreMoveHistory' -v -timeout 60m ./test/e2e | tee bench/out/datastore-move.txt
+	MUSTER_RESTORE_SIMULATED=1000 MUSTER_RESTORE_REAL=20 MUSTER_RESTORE_CHANGES=200 MUSTER_RESTORE_JOINS=50 MUSTER_SERVER_BIN=$(CURDIR)/$(BIN)/muster-server MUSTER_AGENT_BIN=$(CURDIR)/$(BIN)/muster-agent $(GO) test -count=1 -run '^TestRestoreFleetFromS3$$' -v -timeout 60m ./test/e2e | tee bench/out/restore-fleet.txt
 
 # Muster beside what Fleet/Rancher/k3s users run for the job: a real
 # kube-apiserver serving the Muster kinds as CRDs (converted from muster's

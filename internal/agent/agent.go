@@ -174,7 +174,22 @@ func (a *agent) run(ctx context.Context) error {
 		case reason := <-a.gone:
 			stop()
 			<-renewed
-			return a.goneError(machine, reason)
+			if c != nil {
+				c.close()
+			}
+			// Lost with a restore of the server's datastore, the
+			// Machine is made again; deleted, it is not, and the agent stops.
+			if err := a.rejoin(ctx, machine); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return a.goneError(machine, fmt.Errorf("%v; rejoining with its certificate and node password: %v", reason, err))
+			}
+			select {
+			case <-a.gone: // the old certificate's refusal, seen twice
+			default:
+			}
+			continue
 		}
 		stop()
 		if c != nil {
@@ -310,10 +325,18 @@ func (a *agent) credential(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("checking the stored certificate: %w", err)
 		}
 		a.say("the server refuses this machine's certificate: %v", err)
+		rerr := a.rejoin(ctx, machine)
+		if rerr == nil {
+			return machine, nil
+		}
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		a.say("rejoining with the certificate was refused: %v", rerr)
 		if !a.hasToken() {
-			return "", fmt.Errorf("this machine's certificate is no longer valid (was the Machine deleted?): "+
+			return "", fmt.Errorf("this machine's certificate is no longer valid (was the Machine deleted?) and the server refused to make its Machine again (%v): "+
 				"create a join token on the server ('muster-server token create') and run: %s",
-				rejoinCommand(a.cfg.Args, a.cfg.DataDir))
+				rerr, rejoinCommand(a.cfg.Args, a.cfg.DataDir))
 		}
 	}
 	backoff := time.Second
@@ -344,6 +367,53 @@ func (a *agent) credential(ctx context.Context) (string, error) {
 		case <-time.After(wait):
 		}
 		backoff = min(backoff*2, time.Minute)
+	}
+}
+
+// rejoin asks the server, with the certificate it no longer accepts and the
+// node password, to make this machine's Machine again. The server grants
+// it only when its datastore was restored from a snapshot taken before the
+// certificate was issued (internal/rejoin), once per certificate; a
+// Machine an operator deleted stays deleted. Nothing else changes: the
+// same name, node password, clientID and data dir.
+func (a *agent) rejoin(ctx context.Context, machine string) error {
+	id, err := a.dir.credentials(a.cfg.NodeName, a.cfg.WithNodeID)
+	if err != nil {
+		return err
+	}
+	id.nodeName = machine // the certificate's, whatever --node-name says now
+	a.say("asking the server to make machine %s again with its certificate and node password (its datastore may have been restored from a snapshot taken before this machine joined)", machine)
+	backoff := time.Second
+	for {
+		c, err := a.client()
+		if err != nil {
+			return err
+		}
+		granted, keyPEM, err := a.request(ctx, c, id)
+		c.close()
+		if err == nil {
+			// Key before certificate, as a renewal writes them.
+			if err := a.dir.write(keyFile, keyPEM); err != nil {
+				return fmt.Errorf("storing %s: %w", keyFile, err)
+			}
+			if err := a.dir.write(certFile, granted.Status.Certificate); err != nil {
+				return fmt.Errorf("storing %s: %w", certFile, err)
+			}
+			a.say("rejoined as machine %s (cluster %s) with the same node password: the server's datastore had lost its Machine", granted.Status.Machine, granted.Status.Cluster)
+			return nil
+		}
+		var refusal *fatalError
+		if errors.As(err, &refusal) || !transient(err) || ctx.Err() != nil {
+			return err
+		}
+		wait := retryWait(err, backoff)
+		a.say("rejoining failed: %v; retrying in %s", err, wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		backoff = min(backoff*2, 30*time.Second)
 	}
 }
 

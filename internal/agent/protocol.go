@@ -139,6 +139,10 @@ func IsFinal(err error) bool {
 	return errors.As(err, &f)
 }
 
+// Refused reports whether the server judged the credential and said no
+// (401/403): the answer to a certificate whose Machine is gone.
+func Refused(err error) bool { return refused(err) }
+
 // Retryable reports whether trying err's request again may succeed: the
 // server was unreachable, restarting or busy, and did not refuse.
 func Retryable(err error) bool { return !IsFinal(err) && transient(err) }

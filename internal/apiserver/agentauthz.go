@@ -173,6 +173,13 @@ func (a *AgentAuthorizer) bootstrap(ctx context.Context, attrs authorizer.Attrib
 
 func (a *AgentAuthorizer) machine(ctx context.Context, attrs authorizer.Attributes, name, uid string) (authorizer.Decision, string, error) {
 	m, err := a.getMachine(ctx, name, uid)
+	if apierrors.IsNotFound(err) && attrs.GetVerb() == "create" && isMuster(attrs, "clusterregistrations") && attrs.GetSubresource() == "" {
+		// A machine no Machine of its name is left for may ask to rejoin:
+		// after a restore that lost its Machine, it does so by itself. The
+		// join's grant decides (internal/rejoin): a Machine deleted by an
+		// operator is refused there, and nothing is stored.
+		return authorizer.DecisionAllow, "", nil
+	}
 	if apierrors.IsNotFound(err) || (err == nil && string(m.UID) != uid) {
 		return authorizer.DecisionDeny, fmt.Sprintf("machine %s no longer exists: its certificate is void; register again with a new join token", name), nil
 	}

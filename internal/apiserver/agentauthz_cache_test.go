@@ -26,7 +26,7 @@ func TestAgentAuthorizerReadsCachesOnceSynced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cn, groups := caller.MachineSubject("m1", "uid-1")
+	cn, groups := caller.MachineSubject("m1", "uid-1", "c1")
 	readOwn := authorizer.AttributesRecord{User: &user.DefaultInfo{Name: cn, Groups: groups}, Verb: "get", APIGroup: api.GroupName,
 		Resource: "machines", Name: "m1", ResourceRequest: true}
 

@@ -50,7 +50,7 @@ func TestEventsAreForAdministratorsOnly(t *testing.T) {
 	a := liveAuthorizer(t, &api.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m1", UID: "uid-1"}})
 	rules := Authorizer{Rules: []authorizer.AuthorizerFunc{a.Authorize}}
 
-	cn, groups := caller.MachineSubject("m1", "uid-1")
+	cn, groups := caller.MachineSubject("m1", "uid-1", "c1")
 	machine := &user.DefaultInfo{Name: cn, Groups: groups}
 	token := &user.DefaultInfo{Name: caller.BootstrapUser("abcdef"), Groups: []string{caller.BootstrappersGroup}}
 	admin := &user.DefaultInfo{Name: "muster-admin", Groups: []string{user.SystemPrivilegedGroup}}
@@ -101,7 +101,7 @@ func TestTunnelAuthorization(t *testing.T) {
 	)
 	rules := Authorizer{Rules: []authorizer.AuthorizerFunc{a.Authorize}}
 	machine := func(name, uid string) user.Info {
-		cn, groups := caller.MachineSubject(name, uid)
+		cn, groups := caller.MachineSubject(name, uid, "c1")
 		return &user.DefaultInfo{Name: cn, Groups: groups}
 	}
 	scn, sgroups := caller.ServerSubject("s2")
@@ -131,6 +131,45 @@ func TestTunnelAuthorization(t *testing.T) {
 		{"a server impersonates to forward", impersonate(server), authorizer.DecisionAllow},
 		{"an operator may not impersonate", impersonate(operator), authorizer.DecisionDeny},
 		{"an agent may not impersonate", impersonate(machine("m1", "uid-1")), authorizer.DecisionDeny},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, reason, err := rules.Authorize(context.Background(), tt.attrs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("decision %v (%s), want %v", got, reason, tt.want)
+			}
+		})
+	}
+}
+
+// A machine whose Machine is not there may ask to rejoin (create a
+// ClusterRegistration, which the join's grant judges), and do nothing
+// else; one whose name another Machine holds may not even ask.
+func TestUnknownMachineMayOnlyAskToRejoin(t *testing.T) {
+	a := liveAuthorizer(t, &api.Machine{ObjectMeta: metav1.ObjectMeta{Name: "taken", UID: "uid-new"}})
+	rules := Authorizer{Rules: []authorizer.AuthorizerFunc{a.Authorize}}
+	machine := func(name, uid string) user.Info {
+		cn, groups := caller.MachineSubject(name, uid, "c1")
+		return &user.DefaultInfo{Name: cn, Groups: groups}
+	}
+	res := func(u user.Info, verb, resource, sub, name string) authorizer.AttributesRecord {
+		return authorizer.AttributesRecord{User: u, Verb: verb, APIGroup: api.GroupName, Resource: resource, Subresource: sub, Name: name, ResourceRequest: true}
+	}
+	lost, taken := machine("lost", "uid-lost"), machine("taken", "uid-old")
+	for _, tt := range []struct {
+		name  string
+		attrs authorizer.AttributesRecord
+		want  authorizer.Decision
+	}{
+		{"a lost machine asks to rejoin", res(lost, "create", "clusterregistrations", "", ""), authorizer.DecisionAllow},
+		{"a lost machine may not read a registration", res(lost, "get", "clusterregistrations", "", "r1"), authorizer.DecisionDeny},
+		{"a lost machine may not read its Machine", res(lost, "get", "machines", "", "lost"), authorizer.DecisionDeny},
+		{"a lost machine may not create a Machine", res(lost, "create", "machines", "", ""), authorizer.DecisionDeny},
+		{"a lost machine may not write a plan's status", res(lost, "update", "machineplans", "status", "lost"), authorizer.DecisionDeny},
+		{"a heartbeat of a lost machine is refused", authorizer.AttributesRecord{User: lost, Verb: "get", Path: api.HeartbeatPath}, authorizer.DecisionDeny},
+		{"a certificate of a name another Machine holds may not ask", res(taken, "create", "clusterregistrations", "", ""), authorizer.DecisionDeny},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, reason, err := rules.Authorize(context.Background(), tt.attrs)

@@ -213,6 +213,21 @@ func withAgentRequests(h http.Handler, a *AgentAuthorizer, refuse func(http.Resp
 			return
 		}
 		info, _ := request.RequestInfoFrom(r.Context())
+		if info != nil && info.IsResourceRequest && info.Verb == "create" && info.APIGroup == api.GroupName && info.Resource == "clusterregistrations" && info.Subresource == "" {
+			// A renewal, or a rejoin after a restore: a short request,
+			// refused if the certificate is void, but not ended by a
+			// voiding that comes while it runs. A rejoin makes the Machine
+			// again under a new UID, and that Machine's arrival voids the
+			// old UID the request itself carries.
+			req, err := a.requests.begin(name, uid, false, func() {})
+			if err != nil {
+				refuse(w, r, err)
+				return
+			}
+			a.requests.done(uid, req)
+			h.ServeHTTP(w, r)
+			return
+		}
 		watch := info != nil && info.Verb == "watch"
 		if watch {
 			capWatchTimeout(r)

@@ -34,7 +34,7 @@ func TestTunnelsAheadOfChain(t *testing.T) {
 		&api.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m2", UID: "uid-2", DeletionTimestamp: &deleting, Finalizers: []string{"x"}}},
 	)
 	machine := func(name, uid string) user.Info {
-		cn, groups := caller.MachineSubject(name, uid)
+		cn, groups := caller.MachineSubject(name, uid, "c1")
 		return &user.DefaultInfo{Name: cn, Groups: groups}
 	}
 	users := map[string]user.Info{

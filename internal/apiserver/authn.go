@@ -1,7 +1,9 @@
 package apiserver
 
 import (
+	"crypto/x509"
 	"net/http"
+	"time"
 
 	apiserverapi "k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
@@ -13,6 +15,9 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+
+	"github.com/muster-io/muster/internal/caller"
+	"github.com/muster-io/muster/internal/pki"
 )
 
 // newAuthenticator accepts, in order: client certificates signed by the
@@ -26,7 +31,7 @@ import (
 func newAuthenticator(clientCA dynamiccertificates.CAContentProvider, tokens []authenticator.Token, sessions authenticator.Request, publicPrefixes, privatePaths []string) authenticator.Request {
 	authenticators := []authenticator.Request{
 		newCachedCertAuthenticator(clientCA.VerifyOptions,
-			x509request.NewDynamic(clientCA.VerifyOptions, x509request.CommonNameUserConversion)),
+			x509request.NewDynamic(clientCA.VerifyOptions, machineIssuedConversion)),
 	}
 	if len(tokens) > 0 {
 		// Each token authenticator answers "not mine" for another's
@@ -51,6 +56,23 @@ func newAuthenticator(clientCA dynamiccertificates.CAContentProvider, tokens []a
 		return anon.AuthenticateRequest(req)
 	}))
 }
+
+// machineIssuedConversion is x509's common-name conversion, and for a
+// machine certificate the time the CA issued it (caller.IssuedExtra): a
+// rejoin after a restore is judged by it (internal/rejoin).
+var machineIssuedConversion = x509request.UserConversionFunc(func(chain []*x509.Certificate) (*authenticator.Response, bool, error) {
+	resp, ok, err := x509request.CommonNameUserConversion.User(chain)
+	if !ok || err != nil || !caller.ClaimsMachine(chain[0].Subject.CommonName) {
+		return resp, ok, err
+	}
+	if u, isDefault := resp.User.(*user.DefaultInfo); isDefault {
+		if u.Extra == nil {
+			u.Extra = map[string][]string{}
+		}
+		u.Extra[caller.IssuedExtra] = []string{pki.IssuedAt(chain[0]).UTC().Format(time.RFC3339)}
+	}
+	return resp, ok, err
+})
 
 // CallerName names the authenticated caller of a request the chain has
 // seen, "" for an anonymous one (or a request outside the chain).

@@ -7,6 +7,7 @@ package caller
 
 import (
 	"strings"
+	"time"
 
 	"k8s.io/apiserver/pkg/authentication/user"
 )
@@ -26,9 +27,16 @@ const (
 	bootstrapPrefix  = "muster:bootstrap:"
 	machinePrefix    = "muster:machine:"
 	machineUIDPrefix = "muster:machine-uid:"
-	serverPrefix     = "muster:server:"
+	// machineClusterPrefix names, in a machine certificate, the cluster
+	// its Machine was granted in: after a restore that lost the Machine,
+	// the CA's word for where it rejoins.
+	machineClusterPrefix = "muster:machine-cluster:"
+	serverPrefix         = "muster:server:"
 	// ReasonExtra carries, for an inactive token, why it is inactive.
 	ReasonExtra = "muster.io/token-inactive-reason"
+	// IssuedExtra carries, for a machine certificate, when the CA issued
+	// it (RFC 3339), read from the certificate by the authenticator.
+	IssuedExtra = "muster.io/certificate-issued"
 )
 
 // BootstrapUser is the user name of a caller holding join token id.
@@ -48,9 +56,28 @@ func IsBootstrapper(u user.Info) bool { return inGroup(u, BootstrappersGroup) }
 // MachineSubject is the certificate subject granted to a machine: the CN
 // names the Machine, and the groups bind the certificate to that Machine's
 // UID, so a certificate outlives neither the Machine nor its deletion and
-// re-creation under the same name.
-func MachineSubject(name, uid string) (cn string, groups []string) {
-	return machinePrefix + name, []string{MachinesGroup, machineUIDPrefix + uid}
+// re-creation under the same name, and name the Machine's cluster.
+func MachineSubject(name, uid, cluster string) (cn string, groups []string) {
+	return machinePrefix + name, []string{MachinesGroup, machineUIDPrefix + uid, machineClusterPrefix + cluster}
+}
+
+// MachineCertificate returns what a machine caller's certificate says
+// besides its Machine: the cluster it was granted in ("" for a
+// certificate issued before certificates named it) and when it was
+// issued (zero when the caller did not authenticate with a certificate).
+func MachineCertificate(u user.Info) (cluster string, issued time.Time) {
+	if u == nil {
+		return "", time.Time{}
+	}
+	for _, g := range u.GetGroups() {
+		if strings.HasPrefix(g, machineClusterPrefix) {
+			cluster = strings.TrimPrefix(g, machineClusterPrefix)
+		}
+	}
+	if v := u.GetExtra()[IssuedExtra]; len(v) == 1 {
+		issued, _ = time.Parse(time.RFC3339, v[0])
+	}
+	return cluster, issued
 }
 
 // Machine returns the Machine name and UID of a machine caller.

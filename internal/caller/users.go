@@ -39,7 +39,7 @@ func CheckUser(name string, groups []string) error {
 	if strings.TrimSpace(name) == "" || len(name) > 64 {
 		return fmt.Errorf("user name %q: give a name of 1 to 64 characters that says who holds the certificate", name)
 	}
-	for _, reserved := range []string{bootstrapPrefix, machinePrefix, machineUIDPrefix, serverPrefix, "system:"} {
+	for _, reserved := range []string{bootstrapPrefix, machinePrefix, machineUIDPrefix, machineClusterPrefix, serverPrefix, "system:"} {
 		if strings.HasPrefix(name, reserved) {
 			return fmt.Errorf("user name %q: names starting with %q belong to agents, servers or Kubernetes itself; choose a person's or a tool's name", name, reserved)
 		}

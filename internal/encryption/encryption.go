@@ -44,14 +44,16 @@ const Group = "muster.io"
 var secretBearing = []schema.GroupResource{
 	{Group: Group, Resource: "machineplans"},
 	{Group: Group, Resource: "machineplansets"},
+	// spec.kubernetesAPI.credential: the key or token the server reaches
+	// the cluster's kube-apiserver with. The transition history writer
+	// reads Clusters through Read.
+	{Group: Group, Resource: "clusters"},
 }
 
-// readAsStored are the kinds the transition history writer
-// (internal/history) reads from the datastore's change feed as they are
-// stored: encrypting them would stop the history. They hold no secret: a
-// node password and a join token are stored as salted hashes.
+// readAsStored are the kinds the offline tools (a snapshot's check of
+// the history against the objects) read as they are stored. They hold no
+// secret: a node password and a join token are stored as salted hashes.
 var readAsStored = []schema.GroupResource{
-	{Group: Group, Resource: "clusters"},
 	{Group: Group, Resource: "clusterregistrationtokens"},
 	{Group: Group, Resource: "clusterregistrations"},
 	{Group: Group, Resource: "machines"},
@@ -95,7 +97,7 @@ func Load(ctx context.Context, path string) (*Config, error) {
 	c := &Config{Path: path, transformers: loaded.Transformers}
 	for _, gr := range readAsStored {
 		if c.Encrypts(gr) {
-			return nil, fmt.Errorf("--%s %s encrypts %s (named, or through a wildcard): muster-server's transition history reads %s from the datastore as stored, and they hold no secret (node passwords and join tokens are kept as hashes); name the kinds that do, such as machineplans.muster.io and machineplansets.muster.io, instead of a wildcard (%s)",
+			return nil, fmt.Errorf("--%s %s encrypts %s (named, or through a wildcard): a snapshot checks the transition history against %s, which it must read as stored, and they hold no secret (node passwords and join tokens are kept as hashes); name the kinds that do, machineplans.muster.io, machineplansets.muster.io and clusters.muster.io, instead of a wildcard (%s)",
 				Flag, path, gr, names(readAsStored), Doc)
 		}
 	}
@@ -149,6 +151,26 @@ func (c *Config) transformer(gr schema.GroupResource) value.Transformer {
 		return identity.NewEncryptCheckTransformer()
 	}
 	return c.ResourceTransformers().TransformerForResource(gr)
+}
+
+// Read returns a value of the datastore as the apiserver reads it:
+// decrypted with c's keys when it is encrypted, as it is otherwise. It is
+// for the readers of the datastore beside the apiserver (the transition
+// history writer); key is the value's full storage key, which the
+// ciphertext is bound to.
+func (c *Config) Read(ctx context.Context, key string, stored []byte) ([]byte, error) {
+	if _, _, encrypted := keyOf(stored); !encrypted {
+		return stored, nil
+	}
+	gr, _, ok := parseKey(key)
+	if !ok {
+		return stored, nil
+	}
+	out, _, err := c.transformer(gr).TransformFromStorage(ctx, stored, value.DefaultContext(key))
+	if err != nil {
+		return nil, fmt.Errorf("decrypting %s: %w", key, err)
+	}
+	return out, nil
 }
 
 // Report is what Check found.

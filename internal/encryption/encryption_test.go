@@ -63,8 +63,8 @@ func TestLoadRefuses(t *testing.T) {
 	}{
 		{"readable by others", 0o644, plans, aesgcm(map[string]string{"k1": k}, "k1"), "is mode 0644"},
 		{"readable by the group", 0o640, plans, aesgcm(map[string]string{"k1": k}, "k1"), "chmod 600"},
-		{"a wildcard over the history's kinds", 0o600, "'*.muster.io'", aesgcm(map[string]string{"k1": k}, "k1"), "encrypts clusters.muster.io (named, or through a wildcard)"},
-		{"everything", 0o600, "'*.*'", aesgcm(map[string]string{"k1": k}, "k1"), "transition history reads"},
+		{"a wildcard over the history's kinds", 0o600, "'*.muster.io'", aesgcm(map[string]string{"k1": k}, "k1"), "encrypts clusterregistrationtokens.muster.io (named, or through a wildcard)"},
+		{"everything", 0o600, "'*.*'", aesgcm(map[string]string{"k1": k}, "k1"), "read as stored"},
 		{"no secret-bearing kind", 0o600, "secrets", aesgcm(map[string]string{"k1": k}, "k1"), "encrypts neither machineplans.muster.io, machineplansets.muster.io"},
 		{"a key of the wrong length", 0o600, plans, "      - aesgcm:\n          keys:\n            - name: k1\n              secret: dGVuYnl0ZXMhIQ==\n", "EncryptionConfiguration"},
 		{"a KMS provider", 0o600, plans, "      - kms:\n          apiVersion: v2\n          name: plugin\n          endpoint: unix:///nonexistent/kms.sock\n", "names a KMS provider"},
@@ -88,7 +88,7 @@ func TestLoadRefuses(t *testing.T) {
 }
 
 func TestLoadAccepts(t *testing.T) {
-	p := file(t, 0o600, "machineplans.muster.io, machineplansets.muster.io", aesgcm(map[string]string{"k1": key(t)}, "k1")+"      - identity: {}\n")
+	p := file(t, 0o600, "machineplans.muster.io, machineplansets.muster.io, clusters.muster.io", aesgcm(map[string]string{"k1": key(t)}, "k1")+"      - identity: {}\n")
 	c, err := Load(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +96,7 @@ func TestLoadAccepts(t *testing.T) {
 	for gr, want := range map[schema.GroupResource]bool{
 		{Group: Group, Resource: "machineplans"}:    true,
 		{Group: Group, Resource: "machineplansets"}: true,
+		{Group: Group, Resource: "clusters"}:        true,
 		{Group: Group, Resource: "machines"}:        false,
 	} {
 		if got := c.Encrypts(gr); got != want {

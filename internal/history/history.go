@@ -66,6 +66,24 @@ type Writer struct {
 	Retention Retention
 	// PruneEvery is how often retention is applied; zero for an hour.
 	PruneEvery time.Duration
+	// Read, if set, turns a stored value into the object's JSON: it
+	// decrypts the kinds encrypted at rest (internal/encryption's Read).
+	// Nil reads values as stored.
+	Read func(ctx context.Context, key string, stored []byte) ([]byte, error)
+}
+
+// recordsOfKV returns the transitions of a stored object, decrypted first
+// when it is encrypted at rest. A value that cannot be decrypted is an
+// error: the server refused to start on one (internal/encryption), so it
+// is a key removed while running, and the writer retries.
+func (w *Writer) recordsOfKV(ctx context.Context, key string, value []byte, revision int64) ([]Record, error) {
+	if w.Read != nil {
+		var err error
+		if value, err = w.Read(ctx, key, value); err != nil {
+			return nil, err
+		}
+	}
+	return recordsOf(value, revision), nil
 }
 
 // Record is one transition as stored, and as the history subresources
@@ -188,7 +206,11 @@ func (w *Writer) catchUp(ctx context.Context, why string) (int64, error) {
 	}
 	var recs []Record
 	for _, kv := range resp.Kvs {
-		recs = append(recs, recordsOf(kv.Value, kv.ModRevision)...)
+		got, err := w.recordsOfKV(ctx, string(kv.Key), kv.Value, kv.ModRevision)
+		if err != nil {
+			return 0, err
+		}
+		recs = append(recs, got...)
 	}
 	rev := resp.Header.Revision
 	if err := w.write(ctx, recs, rev); err != nil {
@@ -211,7 +233,11 @@ func (w *Writer) follow(ctx context.Context, cursor int64) (int64, error) {
 		last := cursor
 		for _, ev := range resp.Events {
 			if ev.Type == clientv3.EventTypePut {
-				recs = append(recs, recordsOf(ev.Kv.Value, ev.Kv.ModRevision)...)
+				got, err := w.recordsOfKV(ctx, string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision)
+				if err != nil {
+					return cursor, err
+				}
+				recs = append(recs, got...)
 			}
 			last = max(last, ev.Kv.ModRevision)
 		}

@@ -22,6 +22,11 @@ func (g *Granter) recordGrant(reg *api.ClusterRegistration, got *grant) {
 	ref := &corev1.ObjectReference{APIVersion: api.SchemeGroupVersion.String(), Kind: "Machine", Name: got.machine, UID: got.uid}
 	reason, by := "Registered", "an administrator's request"
 	switch {
+	case got.rejoined:
+		g.events.Eventf(ref, corev1.EventTypeWarning, "Rejoined",
+			"machine %s joined again by itself with its certificate and node password (registration %s, cluster %s): the datastore was restored from a snapshot taken before it joined, and had lost its Machine",
+			got.machine, reg.Name, got.cluster)
+		return
 	case reg.Spec.MachineUID != "":
 		reason, by = "CertificateRenewed", "the machine's own request"
 	case reg.Spec.TokenID != "":

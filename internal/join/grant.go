@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -25,6 +26,7 @@ import (
 	"github.com/muster-io/muster/internal/nodepassword"
 	"github.com/muster-io/muster/internal/pki"
 	"github.com/muster-io/muster/internal/registry"
+	"github.com/muster-io/muster/internal/rejoin"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
@@ -96,6 +98,17 @@ type Granter struct {
 	// clientID check reads the index instead of listing every Machine per
 	// grant, once the informer has synced. Nil reads the objects.
 	machines cache.SharedIndexInformer
+
+	// rejoins is the datastore's restore record and its claims; nil: no
+	// machine rejoins by itself.
+	rejoins Rejoins
+}
+
+// Rejoins is what the rejoin after a restore reads and writes
+// (internal/rejoin's Store).
+type Rejoins interface {
+	Record(ctx context.Context) (*rejoin.Record, error)
+	Claim(ctx context.Context, uid, name string) (bool, error)
 }
 
 // machinesByClientID indexes Machines by the clientID of the agent that registered them.
@@ -147,6 +160,9 @@ type GranterConfig struct {
 	Machines cache.SharedIndexInformer
 	// Events records grants and refusals; nil records nothing.
 	Events record.EventRecorder
+	// Rejoins, if set, lets a machine whose Machine a restore lost join
+	// again with its certificate and node password.
+	Rejoins Rejoins
 }
 
 // NewGranter returns a Granter, whole.
@@ -156,7 +172,7 @@ func NewGranter(cfg GranterConfig) (*Granter, error) {
 			return nil, fmt.Errorf("indexing the Machine cache by clientID (the informer must not have started): %w", err)
 		}
 	}
-	return &Granter{objects: cfg.Objects, ca: cfg.CA, validity: cfg.Validity, uses: map[string]int{}, machines: cfg.Machines, events: cfg.Events}, nil
+	return &Granter{objects: cfg.Objects, ca: cfg.CA, validity: cfg.Validity, uses: map[string]int{}, machines: cfg.Machines, events: cfg.Events, rejoins: cfg.Rejoins}, nil
 }
 
 // grant is what a Grant decided and made.
@@ -164,6 +180,8 @@ type grant struct {
 	cluster, machine string
 	uid              types.UID
 	certificate      []byte
+	// rejoined says the Machine was made again for a machine a restore lost.
+	rejoined bool
 }
 
 // Grant re-checks reg at grant time and, unless dryRun, makes what it
@@ -190,7 +208,7 @@ func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration, csr *
 	if err != nil {
 		return nil, err
 	}
-	m, err := g.checkMachine(ctx, reg, tok, password, fresh)
+	m, rejoined, err := g.checkMachine(ctx, reg, tok, password, fresh)
 	if err != nil {
 		return nil, err
 	}
@@ -198,6 +216,8 @@ func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration, csr *
 	switch {
 	case m != nil:
 		cluster = m.Spec.Cluster
+	case rejoined != "":
+		cluster = rejoined
 	case tok != nil && tok.Spec.Cluster != "":
 		cluster = tok.Spec.Cluster
 	default:
@@ -207,6 +227,18 @@ func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration, csr *
 		return &grant{cluster: cluster, machine: reg.Spec.NodeName}, nil
 	}
 
+	if rejoined != "" {
+		// Once per certificate: a second rejoin would undo the deletion
+		// of the Machine the first one made.
+		ok, err := g.rejoins.Claim(ctx, reg.Spec.MachineUID, reg.Spec.NodeName)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, refuse(http.StatusForbidden, "MachineGone",
+				"machine %s no longer exists: its certificate rejoined once after the datastore's restore, and its Machine has been deleted since; register again with a new join token", reg.Spec.NodeName)
+		}
+	}
 	if tok != nil && tok.Spec.MaxUses > 0 && !retried {
 		ok, err := g.objects.UseToken(ctx, tok.Name, tok.Spec.MaxUses)
 		if err != nil {
@@ -238,12 +270,12 @@ func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration, csr *
 	// An empty plan: applying it is how the agent shows it is
 	// bootstrapped. Operators replace it with real work. A renewal made it
 	// long ago, and must not make it again for a Machine being deleted.
-	if reg.Spec.MachineUID == "" {
+	if reg.Spec.MachineUID == "" || rejoined != "" {
 		if err := g.objects.EnsurePlan(ctx, &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: m.Name}}); err != nil {
 			return nil, err
 		}
 	}
-	cn, groups := caller.MachineSubject(m.Name, string(m.UID))
+	cn, groups := caller.MachineSubject(m.Name, string(m.UID), m.Spec.Cluster)
 	cert, err := g.ca.SignCSR(csr, cn, groups, g.validity)
 	if err != nil {
 		return nil, refuse(http.StatusBadRequest, "InvalidCSR", "the certificate request was refused: %v", err)
@@ -254,7 +286,7 @@ func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration, csr *
 	if tok != nil {
 		metrics.TokenUsed()
 	}
-	return &grant{cluster: m.Spec.Cluster, machine: m.Name, uid: m.UID, certificate: cert}, nil
+	return &grant{cluster: m.Spec.Cluster, machine: m.Name, uid: m.UID, certificate: cert, rejoined: rejoined != ""}, nil
 }
 
 // checkToken re-reads the registration's join token: it must still exist,
@@ -400,16 +432,74 @@ func (g *Granter) claimPassword(ctx context.Context, reg *api.ClusterRegistratio
 
 // checkMachine decides which Machine the grant binds to: the node's own
 // (its NodePassword matched), one an operator or a pool made for this token
-// or cluster, or none yet (nil: the grant creates it).
-func (g *Granter) checkMachine(ctx context.Context, reg *api.ClusterRegistration, tok *api.ClusterRegistrationToken, password *api.NodePassword, fresh bool) (*api.Machine, error) {
-	m, err := g.objects.Machine(ctx, reg.Spec.NodeName, fresh)
+// or cluster, or none yet (nil: the grant creates it). rejoined names the
+// cluster of a machine rejoining after a restore lost its Machine.
+func (g *Granter) checkMachine(ctx context.Context, reg *api.ClusterRegistration, tok *api.ClusterRegistrationToken, password *api.NodePassword, fresh bool) (m *api.Machine, rejoined string, err error) {
+	m, err = g.objects.Machine(ctx, reg.Spec.NodeName, fresh)
 	if apierrors.IsNotFound(err) {
-		return nil, g.checkNewMachine(ctx, reg)
+		if reg.Spec.MachineUID != "" {
+			// A certificate whose Machine is gone: deleted, or lost with
+			// a restore. Never a Machine for someone else's name: the
+			// registration's node name is the certificate's.
+			rejoined, err = g.checkRejoin(ctx, reg)
+			if err == nil {
+				err = g.checkClientID(ctx, reg)
+			}
+			return nil, rejoined, err
+		}
+		return nil, "", g.checkNewMachine(ctx, reg)
 	}
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return g.checkExisting(reg, tok, password, m)
+	m, err = g.checkExisting(reg, tok, password, m)
+	return m, "", err
+}
+
+// checkRejoin decides whether a machine certificate whose Machine does not
+// exist may make it again (internal/rejoin): only when the datastore was
+// restored from a snapshot taken before the certificate was issued, and
+// the restore came after. It returns the cluster to rejoin, the one the
+// CA signed into the certificate. The node password is checked like any
+// join's: a NodePassword of the name held by another password refuses it.
+func (g *Granter) checkRejoin(ctx context.Context, reg *api.ClusterRegistration) (string, error) {
+	name := reg.Spec.NodeName
+	if g.rejoins == nil {
+		return "", machineGone(name)
+	}
+	u, _ := request.UserFrom(ctx)
+	cluster, issued := caller.MachineCertificate(u)
+	rec, err := g.rejoins.Record(ctx)
+	if err != nil {
+		return "", err
+	}
+	if why := rec.Admits(issued); why != "" {
+		if rec != nil {
+			klog.InfoS("Rejoin refused", "machine", name, "reason", why)
+		}
+		return "", machineGone(name)
+	}
+	if cluster == "" {
+		return "", refuse(http.StatusForbidden, "MachineGone",
+			"machine %s is not in the datastore, which was restored from a snapshot taken before it joined; its certificate was issued by an older muster-server and does not name its cluster, "+
+				"so it cannot rejoin by itself: register again with a join token of its cluster", name)
+	}
+	if cluster == ownCluster(reg.Spec.ClientID) {
+		return cluster, nil // made again with the Machine (registerMachine)
+	}
+	cl, err := g.objects.Cluster(ctx, cluster, true)
+	if apierrors.IsNotFound(err) {
+		return "", refuse(http.StatusForbidden, "ClusterNotFound",
+			"machine %s is not in the datastore, which was restored from a snapshot taken before it joined, and neither is its cluster %s: "+
+				"create cluster %s again (kubectl apply) and restart the agent, which then rejoins by itself", name, cluster, cluster)
+	}
+	if err != nil {
+		return "", err
+	}
+	if cl.DeletionTimestamp != nil || cl.Status.Phase == api.ClusterPhaseDeleting {
+		return "", refuse(http.StatusForbidden, "ClusterDeleting", "machine %s cannot rejoin cluster %s, which is being deleted", name, cluster)
+	}
+	return cluster, nil
 }
 
 // checkExisting decides whether reg may bind to m, an existing Machine of its name.
@@ -474,6 +564,13 @@ func (g *Granter) checkNewMachine(ctx context.Context, reg *api.ClusterRegistrat
 	} else if !apierrors.IsNotFound(err) {
 		return err
 	}
+	return g.checkClientID(ctx, reg)
+}
+
+// checkClientID refuses a new Machine for an agent whose clientID another
+// Machine holds.
+func (g *Granter) checkClientID(ctx context.Context, reg *api.ClusterRegistration) error {
+	name := reg.Spec.NodeName
 	others, err := g.machinesOfClient(ctx, reg.Spec.ClientID)
 	if err != nil {
 		return err

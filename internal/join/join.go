@@ -57,6 +57,9 @@ type Config struct {
 	Machines cache.SharedIndexInformer
 	// Events records grants and refusals; nil records nothing.
 	Events record.EventRecorder
+	// Rejoins, if set, lets a machine whose Machine a restore lost join
+	// again by itself (internal/rejoin).
+	Rejoins Rejoins
 }
 
 // Join is the join of one server.
@@ -79,7 +82,7 @@ func New(cfg Config) (*Join, error) {
 	if cfg.Validity == 0 {
 		cfg.Validity = DefaultCertificateValidity
 	}
-	grants, err := NewGranter(GranterConfig{Objects: cfg.Objects, CA: cfg.CA, Validity: cfg.Validity, Machines: cfg.Machines, Events: cfg.Events})
+	grants, err := NewGranter(GranterConfig{Objects: cfg.Objects, CA: cfg.CA, Validity: cfg.Validity, Machines: cfg.Machines, Events: cfg.Events, Rejoins: cfg.Rejoins})
 	if err != nil {
 		return nil, err
 	}

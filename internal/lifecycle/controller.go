@@ -193,6 +193,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	}
 	c.running.Store(true)
 	defer c.running.Store(false)
+	c.noteRestoredBefore()
 	for i := 0; i < workers; i++ {
 		go wait.UntilWithContext(ctx, func(ctx context.Context) { reconcile.Work(ctx, c.queue, c.syncMachine, failed) }, time.Second)
 	}
@@ -885,6 +886,24 @@ func (c *Controller) drain(ctx context.Context, m *api.Machine, step func(event,
 // ReasonPlanRestored is the Event of a machine brought back to the plan
 // the server holds after a restore of the datastore from an older snapshot.
 const ReasonPlanRestored = "PlanRestored"
+
+// noteRestoredBefore records the Events noteRestored missed while this
+// server's controllers were not running yet: a restored server's agents
+// apply the snapshot's plans again within milliseconds of its start, often
+// before the caches have synced. Only plans applied in the last minute:
+// a note from long ago was recorded then.
+func (c *Controller) noteRestoredBefore() {
+	plans, err := c.plans.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, p := range plans {
+		if p.RestoredNote() == "" || p.Status.LastAppliedTime == nil || time.Since(p.Status.LastAppliedTime.Time) > time.Minute {
+			continue
+		}
+		c.noteRestored(&api.MachinePlan{}, p)
+	}
+}
 
 // noteRestored records the Event of a plan its agent applied again because
 // the machine had applied a plan the server does not hold (its datastore

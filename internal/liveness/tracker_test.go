@@ -14,7 +14,7 @@ type clock struct{ t time.Time }
 func (c *clock) now() time.Time { return c.t }
 
 func machineUser(name string) user.Info {
-	cn, groups := caller.MachineSubject(name, "uid-"+name)
+	cn, groups := caller.MachineSubject(name, "uid-"+name, "c1")
 	return &user.DefaultInfo{Name: cn, Groups: groups}
 }
 

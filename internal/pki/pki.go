@@ -384,6 +384,10 @@ func (ca *CA) issueWithNewKey(tmpl *x509.Certificate, validity time.Duration) (c
 
 // sign fills in serial, validity (capped at the CA's own expiry) and key
 // usage, and signs tmpl for pub.
+// IssuedAt is when the CA issued a leaf certificate it signed: its
+// NotBefore is backdated by leafBackdate.
+func IssuedAt(cert *x509.Certificate) time.Time { return cert.NotBefore.Add(leafBackdate) }
+
 func (ca *CA) sign(tmpl *x509.Certificate, pub crypto.PublicKey, validity time.Duration) ([]byte, error) {
 	if validity <= 0 {
 		return nil, fmt.Errorf("certificate validity %v is not positive", validity)

@@ -37,6 +37,7 @@ import (
 	"github.com/muster-io/muster/internal/notify"
 	"github.com/muster-io/muster/internal/oidcauthn"
 	"github.com/muster-io/muster/internal/registry"
+	"github.com/muster-io/muster/internal/rejoin"
 	"github.com/muster-io/muster/internal/snapshot"
 	"github.com/muster-io/muster/internal/snapshot/s3store"
 	"github.com/muster-io/muster/internal/store"
@@ -297,7 +298,7 @@ func run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	stopHistory, err := startHistory(ctx, cfg, ds)
+	stopHistory, err := startHistory(ctx, cfg, ds, encrypt)
 	if err != nil {
 		return err
 	}
@@ -409,9 +410,14 @@ func run(ctx context.Context, cfg Config) error {
 	factory := registry.NewInformerFactory(objects, client, informers.WithTransform(slimForCache))
 	v := factory.Muster().V1alpha1()
 	tokenCache, machines, registrations := v.ClusterRegistrationTokens(), v.Machines().Informer(), v.ClusterRegistrations().Informer()
+	rejoinClient, err := ds.Client()
+	if err != nil {
+		return fmt.Errorf("connecting the rejoin's record to the datastore: %w", err)
+	}
+	defer rejoinClient.Close()
 	joins, err := join.New(join.Config{
 		CA: state.CA, Validity: cfg.AgentCertificateValidity, TokenJoinRate: cfg.JoinRate, TokenJoinBurst: cfg.JoinBurst,
-		Objects: objects, Machines: machines, Events: recorder,
+		Objects: objects, Machines: machines, Events: recorder, Rejoins: &rejoin.Store{Client: rejoinClient},
 	})
 	if err != nil {
 		return err
@@ -515,9 +521,10 @@ func checkEncryption(ctx context.Context, cfg Config, ds *store.Datastore) (*enc
 	return c, nil
 }
 
-// startHistory runs the transition history writer beside the API; its stop
+// startHistory runs the transition history writer beside the API (reading
+// what encrypt encrypts at rest decrypted); its stop
 // waits for it, so that the datastore closes after it.
-func startHistory(ctx context.Context, cfg Config, ds *store.Datastore) (func(), error) {
+func startHistory(ctx context.Context, cfg Config, ds *store.Datastore, encrypt *encryption.Config) (func(), error) {
 	switch {
 	case !cfg.History:
 		klog.InfoS("The transition history is off (--transition-history=false): muster-server history shows nothing new")
@@ -533,6 +540,11 @@ func startHistory(ctx context.Context, cfg Config, ds *store.Datastore) (func(),
 	hctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	w := &history.Writer{DB: ds.SQL(), Dialect: ds.Backend(), Client: client, Retention: cfg.HistoryRetention}
+	if encrypt != nil {
+		// Clusters may be encrypted at rest (their API credential): the
+		// writer reads them decrypted.
+		w.Read = encrypt.Read
+	}
 	go func() { defer close(done); w.Run(hctx) }()
 	return func() { cancel(); <-done; client.Close() }, nil
 }

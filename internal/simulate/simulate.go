@@ -66,6 +66,7 @@ type Fleet struct {
 
 	connected atomic.Int64
 	applied   atomic.Int64
+	rejoined  atomic.Int64
 	changes   changes
 	health    health
 }
@@ -84,6 +85,12 @@ type Agent struct {
 	mu     sync.Mutex
 	cancel context.CancelFunc
 	done   chan struct{}
+	// parent is the context Start was given, for the session a rejoin
+	// starts again.
+	parent context.Context
+	// Rejoins counts the times it joined again after the server's
+	// datastore lost its Machine.
+	Rejoins int
 }
 
 // New verifies the server against the token's CA hash and prepares Count
@@ -129,6 +136,10 @@ func (f *Fleet) Agents() []*Agent { return f.agents }
 
 // Connected is how many agents have a live session (checked in, watching).
 func (f *Fleet) Connected() int { return int(f.connected.Load()) }
+
+// Rejoined is how many times agents joined again by themselves after the
+// server's datastore lost their Machines (a restore from an older snapshot).
+func (f *Fleet) Rejoined() int { return int(f.rejoined.Load()) }
 
 // Applied is how many plan results the agents have reported.
 func (f *Fleet) Applied() int { return int(f.applied.Load()) }
@@ -217,7 +228,7 @@ func (f *Fleet) Start(ctx context.Context, a *Agent) {
 		return
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	a.cancel, a.done = cancel, make(chan struct{})
+	a.cancel, a.done, a.parent = cancel, make(chan struct{}), ctx
 	go func() {
 		defer close(a.done)
 		f.session(sctx, a)
@@ -277,7 +288,7 @@ func (f *Fleet) session(ctx context.Context, a *Agent) {
 	}
 	f.connected.Add(1)
 	defer f.connected.Add(-1)
-	go f.heartbeat(ctx, c)
+	go f.heartbeat(ctx, c, a)
 	if !f.cfg.NoTunnels {
 		// The real agent's tunnel code on the session's own connection.
 		// Exec is refused: a simulated machine is this host, where a
@@ -295,7 +306,11 @@ func (a *Agent) addresses() []api.MachineAddress {
 	return []api.MachineAddress{{Type: api.MachineHostName, Address: a.Name}}
 }
 
-func (f *Fleet) heartbeat(ctx context.Context, c musterclient.MusterV1alpha1Interface) {
+// rejoinAfter is how long the server must refuse an agent's certificate
+// before it asks to be made again: the real agent's voidAfter.
+const rejoinAfter = 15 * time.Second
+
+func (f *Fleet) heartbeat(ctx context.Context, c musterclient.MusterV1alpha1Interface, a *Agent) {
 	// Spread the fleet's heartbeats over the interval.
 	if !sleep(ctx, time.Duration(randUint64()%uint64(f.cfg.HeartbeatInterval))) {
 		return
@@ -304,9 +319,25 @@ func (f *Fleet) heartbeat(ctx context.Context, c musterclient.MusterV1alpha1Inte
 	// interval, and after a failure agent.LostBeat's jittered wait.
 	t := time.NewTimer(f.cfg.HeartbeatInterval)
 	defer t.Stop()
+	var refusedSince time.Time
 	for {
 		err := agent.Heartbeat(ctx, c)
 		f.health.observe(err)
+		switch {
+		case ctx.Err() != nil:
+		case agent.Refused(err):
+			if refusedSince.IsZero() {
+				refusedSince = time.Now()
+			}
+			if time.Since(refusedSince) >= rejoinAfter {
+				// As the real agent: ask, with the certificate and the node
+				// password, to be made again (internal/rejoin).
+				go f.rejoin(a)
+				return
+			}
+		default:
+			refusedSince = time.Time{}
+		}
 		next := f.cfg.HeartbeatInterval
 		if err != nil && ctx.Err() == nil {
 			next = agent.LostBeat(err)
@@ -316,6 +347,47 @@ func (f *Fleet) heartbeat(ctx context.Context, c musterclient.MusterV1alpha1Inte
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// rejoin ends a's session, asks the server with a's certificate and node
+// password to make its Machine again, and starts a new session with the
+// certificate granted. A refusal (its Machine was deleted) leaves it stopped.
+func (f *Fleet) rejoin(a *Agent) {
+	a.mu.Lock()
+	cancel, done, parent := a.cancel, a.done, a.parent
+	a.cancel = nil
+	cfg := &rest.Config{Host: f.cfg.Server, QPS: -1,
+		TLSClientConfig: rest.TLSClientConfig{CAData: f.ca, CertData: a.certPEM, KeyData: a.keyPEM}}
+	reg := agent.Registration{NodeName: a.machine, ClientID: a.clientID, NodePassword: a.password,
+		Labels: map[string]string{"muster.io/simulated": "true"}, Addresses: a.addresses()}
+	a.mu.Unlock()
+	if cancel == nil || parent == nil {
+		return // stopped meanwhile
+	}
+	cancel()
+	<-done
+	c, err := musterclient.NewForConfig(cfg)
+	if err != nil {
+		return
+	}
+	for backoff := 200 * time.Millisecond; parent.Err() == nil; backoff = min(2*backoff, 5*time.Second) {
+		got, keyPEM, err := agent.Register(parent, c, reg, quiet)
+		if err == nil {
+			a.mu.Lock()
+			a.keyPEM, a.certPEM, a.machine = keyPEM, got.Status.Certificate, got.Status.Machine
+			a.Rejoins++
+			a.mu.Unlock()
+			f.rejoined.Add(1)
+			f.Start(parent, a)
+			return
+		}
+		if !agent.Retryable(err) {
+			return
+		}
+		if !sleep(parent, agent.RetryWait(err, backoff)) {
+			return
 		}
 	}
 }

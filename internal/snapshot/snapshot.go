@@ -35,6 +35,7 @@ import (
 
 	"github.com/muster-io/muster/internal/atomicfile"
 	"github.com/muster-io/muster/internal/history"
+	"github.com/muster-io/muster/internal/rejoin"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -161,6 +162,8 @@ type Result struct {
 // With HistoryFrom, the transition history rows up to the snapshot's
 // revision follow the keys.
 func Take(ctx context.Context, c *clientv3.Client, backend, file string, opts ...Option) (Result, error) {
+	// Taken is when the read began: every Machine created before it is in
+	// the snapshot, which the rejoin after a restore relies on.
 	start := time.Now()
 	o := optionsOf(opts)
 	kvs, rev, err := list(ctx, c)
@@ -178,7 +181,7 @@ func Take(ctx context.Context, c *clientv3.Client, backend, file string, opts ..
 			return Result{}, err
 		}
 	}
-	h := Header{Format: Format, Revision: rev, Keys: len(kvs), Taken: time.Now().UTC(), Backend: backend, HistoryRows: len(rows), Deployment: o.deployment}
+	h := Header{Format: Format, Revision: rev, Keys: len(kvs), Taken: start.UTC(), Backend: backend, HistoryRows: len(rows), Deployment: o.deployment}
 	entries := make([]entry, 0, len(kvs))
 	for _, kv := range kvs {
 		entries = append(entries, entry{Key: string(kv.Key), Value: kv.Value})
@@ -325,7 +328,22 @@ func restore(ctx context.Context, c *clientv3.Client, snap *Contents, start time
 		}
 		return len(snap.History), history.Loaded(ctx, o.toDB, o.toDialect)
 	}
-	return write(ctx, c, snap.Header, snap.Entries, load, start)
+	return write(ctx, c, snap.Header, withRestoreRecord(snap, start), load, start)
+}
+
+// withRestoreRecord is the snapshot's keys with the record of this restore
+// in place of any earlier one (a snapshot of a datastore restored before):
+// the servers read it to let the machines that joined after the snapshot
+// rejoin by themselves (internal/rejoin).
+func withRestoreRecord(snap *Contents, at time.Time) []entry {
+	out := make([]entry, 0, len(snap.Entries)+1)
+	for _, e := range snap.Entries {
+		if e.Key != rejoin.Key {
+			out = append(out, e)
+		}
+	}
+	rec := rejoin.Record{SnapshotTaken: snap.Taken, Restored: at.UTC(), Revision: snap.Revision}
+	return append(out, entry{Key: rejoin.Key, Value: rec.Encode()})
 }
 
 // empty refuses a target datastore that holds any Muster key or any

@@ -30,8 +30,8 @@ const restoreRounds = 20
 // the snapshot knows is Running again, with the snapshot's plan applied on
 // its machine (the server's record wins) and an Event that says so, and
 // with a watch that works: a plan set after the restore is applied. No
-// agent registers again; the one that joined after the snapshot stops with
-// a message that says how to join again, and does so with its token.
+// agent registers again but the one that joined after the snapshot, which
+// rejoins by itself with its certificate and node password (internal/rejoin).
 func TestRestoreOlderThanFleet(t *testing.T) {
 	t.Parallel()
 	for _, b := range backends {
@@ -116,10 +116,13 @@ func testRestoreOlderThanFleet(t *testing.T, b backend) {
 		setStatePlans(t, c, agents, fmt.Sprintf("after-%d", round))
 	}
 	lateDir := t.TempDir()
-	lateArgs := []string{"--token-file", tokenFile, "--node-name", "late"}
-	late := startAgent(t, src, lateDir, lateArgs...)
+	late := startAgent(t, src, lateDir, "--token-file", tokenFile, "--node-name", "late")
 	late.waitOutput("running as machine late", 60*time.Second)
 	waitPhase(t, src, "late", "Running", 60*time.Second)
+	// Its rejoin needs no join token: the file is gone.
+	if err := os.Remove(tokenFile); err != nil {
+		t.Fatal(err)
+	}
 	seen, err := c.MusterV1alpha1().MachinePlans().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -210,15 +213,26 @@ func testRestoreOlderThanFleet(t *testing.T, b backend) {
 	setStatePlans(t, rc, agents, "after-restore")
 
 	// The machine that joined after the snapshot is unknown to the
-	// restored server: its agent stops with what to do, and joins again
-	// with its token (still valid: the snapshot holds it) and node password.
-	lateOut, _ := late.waitExit(60 * time.Second)
-	if !strings.Contains(lateOut, "restored") || !strings.Contains(lateOut, "--token-file") {
-		t.Errorf("the agent of the machine the snapshot does not know did not say why it stopped and how to join again:\n%s", lateOut)
+	// restored server: its agent, never restarted, joins again by itself
+	// with its certificate and its node password (the same file), as a new
+	// Machine of the same name, and is Running; the server says so.
+	password, err := os.ReadFile(filepath.Join(lateDir, "node-password"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	late = startAgent(t, r, lateDir, lateArgs...)
-	late.waitOutput("running as machine late", 60*time.Second)
+	late.waitOutput("rejoined as machine late", 60*time.Second)
 	waitPhase(t, r, "late", "Running", 60*time.Second)
+	select {
+	case <-late.exited:
+		t.Fatalf("the agent of the machine the snapshot does not know exited instead of rejoining:\n%s", late.log.String())
+	default:
+	}
+	if now, err := os.ReadFile(filepath.Join(lateDir, "node-password")); err != nil || string(now) != string(password) {
+		t.Errorf("the rejoined agent's node password changed (%v): it must rejoin with the one it has", err)
+	}
+	waitForEvent(t, r, "a Rejoined Event on machine late", func(row string) bool {
+		return strings.Contains(row, "Rejoined Machine/late ")
+	}, "--field-selector", "reason=Rejoined")
 
 	if got := registrationCount(t, rc); got != registrations+1 {
 		t.Errorf("%d ClusterRegistrations after the restore, %d in the snapshot: only the machine that joined after it may register again", got, registrations)
