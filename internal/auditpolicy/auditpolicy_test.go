@@ -24,7 +24,7 @@ func TestDefaultPolicyLevels(t *testing.T) {
 		t.Fatalf("the default policy does not load as kube-apiserver would: %v", err)
 	}
 	eval := policy.NewPolicyRuleEvaluator(p)
-	machineName, machineGroups := caller.MachineSubject("m1", "uid-1")
+	machineName, machineGroups := caller.MachineSubject("m1", "uid-1", "c1")
 	agent := &user.DefaultInfo{Name: machineName, Groups: machineGroups}
 	joiner := &user.DefaultInfo{Name: caller.BootstrapUser("abc123"), Groups: []string{caller.BootstrappersGroup}}
 	operator := &user.DefaultInfo{Name: "ann", Groups: []string{caller.OperatorsGroup}}

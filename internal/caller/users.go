@@ -71,7 +71,7 @@ func Reserved(u user.Info) bool {
 	for _, g := range u.GetGroups() {
 		switch {
 		case g == BootstrappersGroup, g == InactiveBootstrappersGroup, g == MachinesGroup, g == ServersGroup,
-			strings.HasPrefix(g, machineUIDPrefix):
+			strings.HasPrefix(g, machineUIDPrefix), strings.HasPrefix(g, machineClusterPrefix):
 			return true
 		}
 	}

@@ -9,7 +9,7 @@ import (
 // An identity provider's token may make administrators and the built-in
 // roles, never an agent, a bootstrap caller, a server or Kubernetes.
 func TestCheckExternal(t *testing.T) {
-	machine, machineGroups := MachineSubject("m1", "uid1")
+	machine, machineGroups := MachineSubject("m1", "uid1", "c1")
 	server, serverGroups := ServerSubject("s1")
 	for _, c := range []struct {
 		name   string
@@ -20,6 +20,7 @@ func TestCheckExternal(t *testing.T) {
 		{"root@example.com", []string{user.SystemPrivilegedGroup}, true},
 		{machine, nil, false},
 		{"alice@example.com", machineGroups, false},
+		{"alice@example.com", machineGroups[2:], false}, // only the machine's cluster group
 		{server, nil, false},
 		{"alice@example.com", serverGroups, false},
 		{BootstrapUser("abcdef"), nil, false},
