@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -295,4 +296,60 @@ func TestProxyMalformedURL(t *testing.T) {
 			t.Errorf("%s: the agent tried to join with a malformed proxy:\n%s", tc.env, out)
 		}
 	}
+}
+
+// TestProxyJoinTime measures what the proxy adds to a join: agents in one
+// network namespace join one server alternately through tinyproxy and
+// directly (NO_PROXY and a second address the namespace can reach), in the
+// same run. It asserts only that every join succeeds; the figures are
+// logged for docs/network.md.
+func TestProxyJoinTime(t *testing.T) {
+	t.Parallel()
+	const rounds = 5
+	n := newNetns(t)
+	// Bound to every address: the namespace reaches it directly at the
+	// host end of its veth, and through the proxy at the unrouted address.
+	serverIP := addUnroutedAddress(t, n)
+	s := newServer(t, serverIP, "", "--bind-address", "0.0.0.0", "--tls-san", n.hostIP)
+	s.start()
+	proxy := startTinyproxy(t, n.hostIP, s.port)
+	token := writeTokenFile(t, newToken(t, s))
+	// Timed by the agent's own millisecond timestamps, from its first line
+	// to "stored the certificate" (polling its output would round to 100 ms).
+	stamp := regexp.MustCompile(`(?m)^(\S+) muster-agent: (.*)$`)
+	join := func(name, server string, env []string) time.Duration {
+		a := startNetnsAgent(t, n, env, "--server", server, "--data-dir", t.TempDir(), "--token-file", token, "--node-name", name)
+		a.waitOutput("stored the certificate", 60*time.Second)
+		a.kill()
+		var first, stored time.Time
+		for _, m := range stamp.FindAllStringSubmatch(a.log.String(), -1) {
+			at, err := time.Parse("2006-01-02T15:04:05.000Z", m[1])
+			if err != nil {
+				continue
+			}
+			if first.IsZero() {
+				first = at
+			}
+			if strings.HasPrefix(m[2], "stored the certificate") {
+				stored = at
+				break
+			}
+		}
+		if first.IsZero() || stored.IsZero() {
+			t.Fatalf("no timestamps in the agent's output:\n%s", a.log.String())
+		}
+		return stored.Sub(first)
+	}
+	var proxied, direct []time.Duration
+	for i := 0; i < rounds; i++ {
+		proxied = append(proxied, join(fmt.Sprintf("jt-proxy-%d", i), s.url(), []string{"HTTPS_PROXY=" + proxy.url(proxy.password)}))
+		direct = append(direct, join(fmt.Sprintf("jt-direct-%d", i), fmt.Sprintf("https://%s:%d", n.hostIP, s.port),
+			[]string{"HTTPS_PROXY=" + proxy.url(proxy.password), "NO_PROXY=" + n.hostIP}))
+	}
+	if got := len(proxy.requests()); got < rounds {
+		t.Errorf("the proxy saw %d CONNECTs for %d proxied joins", got, rounds)
+	}
+	median := func(d []time.Duration) time.Duration { d = slices.Clone(d); slices.Sort(d); return d[len(d)/2] }
+	t.Logf("join time (the agent's first line to certificate stored), %d joins each, alternated, same run: through tinyproxy median %s (all %v); direct median %s (all %v)",
+		rounds, median(proxied).Round(time.Millisecond), proxied, median(direct).Round(time.Millisecond), direct)
 }
