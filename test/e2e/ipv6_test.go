@@ -190,3 +190,32 @@ func TestIPv6LoadBalancerFailover(t *testing.T) {
 		t.Errorf("after the failover: %v, machine %v", err, m)
 	}
 }
+
+// TestInstallScriptIPv6: install.sh fetched from and pointed at a server
+// by its bracketed IPv6 literal installs the agent, whose unit's command
+// joins over IPv6.
+func TestInstallScriptIPv6(t *testing.T) {
+	t.Parallel()
+	ipv6Loopback(t)
+	s := newServer(t, "[::1]", "", "--bind-address", "::1", "--advertise-address", "::1")
+	s.start()
+	r := newInstallRoot(t)
+	out, err := pipeInstall(t, s, s.url(), r, "agent", "--token", newToken(t, s), "--server", s.url(), "--node-name", "installed-v6")
+	if err != nil {
+		t.Fatalf("install.sh with --server %s: %v\n%s", s.url(), err, out)
+	}
+	unit := filepath.Join(r.systemdDir, "muster-agent.service")
+	argv, envFile := unitExecStart(t, unit)
+	if !slices.Contains(argv, s.url()) {
+		t.Errorf("the unit's command %v does not carry --server %s", argv, s.url())
+	}
+	if out, err := exec.Command("systemd-analyze", "verify", unit).CombinedOutput(); err != nil {
+		t.Errorf("systemd-analyze verify %s: %v\n%s", unit, err, out)
+	}
+	envText, err := os.ReadFile(envFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAgentBinaryEnv(t, strings.Fields(string(envText)), argv[1:]...)
+	waitPhase(t, s, "installed-v6", "Running", 60*time.Second)
+}
