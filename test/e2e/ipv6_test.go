@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/muster-io/muster/internal/testenv/pgtest"
@@ -218,4 +219,22 @@ func TestInstallScriptIPv6(t *testing.T) {
 	}
 	runAgentBinaryEnv(t, strings.Fields(string(envText)), argv[1:]...)
 	waitPhase(t, s, "installed-v6", "Running", 60*time.Second)
+}
+
+// TestConsoleIPv6: the web console served at a bracketed IPv6 literal
+// (https://[::1]:PORT/console/) signs in and lists a machine, live; the
+// console-token command names that address.
+func TestConsoleIPv6(t *testing.T) {
+	// Not parallel: a headless browser keeps a core busy (as TestConsole).
+	ipv6Loopback(t)
+	chromiumPath(t)
+	s := newServer(t, "[::1]", "", "--bind-address", "::1", "--advertise-address", "::1")
+	s.start()
+	viewer := consoleToken(t, s, "vera", "muster:viewers") // checks it says "paste it at https://[::1]:PORT/console/"
+	ctx := browser(t, s)
+	signIn(t, ctx, s, viewer)
+	open(t, ctx, s.url()+"/console/#/")
+	startAgent(t, s, t.TempDir(), "--token", newToken(t, s), "--node-name", "console-v6")
+	run(t, ctx, "the IPv6-joined machine listed live", 60*time.Second,
+		chromedp.WaitVisible(chromedp.CSS(`.row[data-name="console-v6"] .phase-Running`)))
 }
