@@ -89,6 +89,10 @@ type Config struct {
 	// bundle is stored and the certificate renewed under the new CA at
 	// once. Zero means DefaultCACheckInterval.
 	CACheckInterval time.Duration
+	// IgnoreProxy connects to servers directly whatever HTTPS_PROXY says:
+	// the agent inside muster-server (--with-agent) talks to its own
+	// server, and the server's proxy variables are for its S3 calls.
+	IgnoreProxy bool
 	// Args is the agent's command line, to print the command that joins
 	// again once the Machine is deleted; nil prints a generic one.
 	Args []string
@@ -143,6 +147,9 @@ func (a *agent) run(ctx context.Context) error {
 	// Every connection to a server goes through this dialer: a proxy
 	// variable that is no URL stops the agent here, not in a retry loop.
 	dial, err := forwardproxy.FromEnvironment()
+	if cfg.IgnoreProxy {
+		dial, err = forwardproxy.Direct(), nil
+	}
 	if err != nil {
 		return fmt.Errorf("the proxy settings: %w", err)
 	}
