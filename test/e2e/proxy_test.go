@@ -353,3 +353,41 @@ func TestProxyJoinTime(t *testing.T) {
 	t.Logf("join time (the agent's first line to certificate stored), %d joins each, alternated, same run: through tinyproxy median %s (all %v); direct median %s (all %v)",
 		rounds, median(proxied).Round(time.Millisecond), proxied, median(direct).Round(time.Millisecond), direct)
 }
+
+// TestProxyServerHostAgentDirect: a server whose environment names a proxy
+// (for its S3 calls; install.sh server writes it into the server's env
+// file) still runs its own host agent (--with-agent) against itself
+// directly, even at a non-loopback advertise address: the proxy here is
+// down, and the host's Machine is Running all the same.
+func TestProxyServerHostAgentDirect(t *testing.T) {
+	t.Parallel()
+	n := newNetns(t) // a non-loopback address of this host, which a proxy would apply to
+	s := newServer(t, n.hostIP, "", "--with-agent")
+	// launch, with the proxy variables only this server gets.
+	s.log = &syncBuffer{}
+	s.cmd = exec.Command(serverBin, s.args()...)
+	s.cmd.Env = append(os.Environ(), "HTTPS_PROXY=http://127.0.0.1:9", "https_proxy=", "NO_PROXY=", "no_proxy=")
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s.exited = make(chan struct{})
+	go func() { _ = s.cmd.Wait(); close(s.exited) }()
+	if err := s.waitReady(90 * time.Second); err != nil {
+		t.Fatalf("server: %v\n%s", err, s.log.String())
+	}
+	host, _ := os.Hostname()
+	host = strings.ToLower(host)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the server's log:\n%s", lastLines(s.log.String(), 30))
+		}
+	})
+	waitFor(t, 60*time.Second, "the server's own host to be a Running machine despite a dead proxy in its environment", func() bool {
+		phase, _ := s.kubectl("get", "machine", host, "-o", "jsonpath={.status.phase}")
+		return phase == "Running"
+	})
+	if strings.Contains(s.log.String(), "the proxy http://127.0.0.1:9") {
+		t.Errorf("the host agent tried the server's proxy:\n%s", lastLines(s.log.String(), 20))
+	}
+}
