@@ -20,7 +20,7 @@ func TestServingSANsBothFamilies(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, bind, advertise string
-		want, notWant          []string
+		want, notWant         []string
 	}{
 		{"bound to ::, advertising IPv6", "::", "2001:db8::7", []string{"2001:db8::7", "127.0.0.1", "::1", v4, v6}, nil},
 		{"bound to 0.0.0.0, advertising IPv4", "0.0.0.0", "192.0.2.10", []string{"192.0.2.10", v4, v6}, nil},
