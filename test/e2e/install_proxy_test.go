@@ -82,6 +82,8 @@ func TestInstallScriptThroughProxy(t *testing.T) {
 			t.Logf("the installed agent's output:\n%s", lastLines(agent.log.String(), 40))
 		}
 	})
+	// kubectl wait fails at once on a Machine not created yet.
+	agent.waitOutput("running as machine", 60*time.Second)
 	waitPhase(t, s, "installed-px", "Running", 60*time.Second)
 	agent.waitOutput("connecting to servers through the proxy http://"+proxy.listen, time.Second)
 }

@@ -145,6 +145,8 @@ func TestIPv6LoadBalancerFailover(t *testing.T) {
 
 	dir := t.TempDir()
 	a := runAgentBinary(t, "--server", "https://"+addr6, "--data-dir", dir, "--token-file", writeTokenFile(t, newToken(t, s6)), "--node-name", "fo-dual")
+	// kubectl wait fails at once on a Machine not created yet.
+	a.waitOutput("running as machine", 60*time.Second)
 	waitPhase(t, s6, "fo-dual", "Running", 60*time.Second)
 	// The load balancer learns both servers (it refreshes every 6 heartbeats).
 	waitFor(t, 60*time.Second, "the agent's load balancer to learn both servers", func() bool {
@@ -217,7 +219,8 @@ func TestInstallScriptIPv6(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runAgentBinaryEnv(t, strings.Fields(string(envText)), argv[1:]...)
+	a := runAgentBinaryEnv(t, strings.Fields(string(envText)), argv[1:]...)
+	a.waitOutput("running as machine", 60*time.Second)
 	waitPhase(t, s, "installed-v6", "Running", 60*time.Second)
 }
 
@@ -234,7 +237,7 @@ func TestConsoleIPv6(t *testing.T) {
 	ctx := browser(t, s)
 	signIn(t, ctx, s, viewer)
 	open(t, ctx, s.url()+"/console/#/")
-	startAgent(t, s, t.TempDir(), "--token", newToken(t, s), "--node-name", "console-v6")
+	startAgent(t, s, t.TempDir(), "--token", newToken(t, s), "--node-name", "console-v6").waitOutput("running as machine", 60*time.Second)
 	run(t, ctx, "the IPv6-joined machine listed live", 60*time.Second,
 		chromedp.WaitVisible(chromedp.CSS(`.row[data-name="console-v6"] .phase-Running`)))
 }
