@@ -178,22 +178,17 @@ func TestProxyOnlyRoute(t *testing.T) {
 
 	token := writeTokenFile(t, newToken(t, s))
 	viaProxy := []string{"HTTPS_PROXY=" + proxy.url(proxy.password)}
-	began := time.Now()
 	agent := startNetnsAgent(t, n, viaProxy, "--server", s.url(), "--data-dir", t.TempDir(), "--token-file", token, "--node-name", "proxied-1")
 	agent.waitOutput("stored the certificate", 60*time.Second)
-	proxiedJoin := time.Since(began)
 	// The agent says how it reaches servers, naming the proxy without its credentials.
 	agent.waitOutput("connecting to servers through the proxy http://"+proxy.listen+" (from HTTPS_PROXY)", time.Second)
 
 	// NO_PROXY naming the server: straight there, on the host (the
 	// namespace has no direct route), with the same HTTPS_PROXY set.
-	began = time.Now()
 	direct := runAgentBinaryEnv(t, append(viaProxy, "NO_PROXY="+serverIP),
 		"--server", s.url(), "--data-dir", t.TempDir(), "--token-file", token, "--node-name", "direct-1")
 	direct.waitOutput("stored the certificate", 60*time.Second)
-	directJoin := time.Since(began)
-	t.Logf("join time (agent start to certificate stored), same run, same server: through tinyproxy %s, direct %s",
-		proxiedJoin.Round(time.Millisecond), directJoin.Round(time.Millisecond))
+	// (Join times through the proxy and direct: TestProxyJoinTime.)
 
 	waitPhase(t, s, "proxied-1", "Running", 60*time.Second)
 	waitPhase(t, s, "direct-1", "Running", 60*time.Second)
