@@ -25,6 +25,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/agent/loadbalancer"
+	"github.com/muster-io/muster/internal/forwardproxy"
 	"github.com/muster-io/muster/internal/jointoken"
 	"github.com/muster-io/muster/internal/logformat"
 	"github.com/muster-io/muster/internal/pki"
@@ -88,6 +89,10 @@ type Config struct {
 	// bundle is stored and the certificate renewed under the new CA at
 	// once. Zero means DefaultCACheckInterval.
 	CACheckInterval time.Duration
+	// IgnoreProxy connects to servers directly whatever HTTPS_PROXY says:
+	// the agent inside muster-server (--with-agent) talks to its own
+	// server, and the server's proxy variables are for its S3 calls.
+	IgnoreProxy bool
 	// Args is the agent's command line, to print the command that joins
 	// again once the Machine is deleted; nil prints a generic one.
 	Args []string
@@ -138,6 +143,19 @@ func (a *agent) run(ctx context.Context) error {
 	}
 	if err := checkServerURL(cfg.Server); err != nil {
 		return err
+	}
+	// Every connection to a server goes through this dialer: a proxy
+	// variable that is no URL stops the agent here, not in a retry loop.
+	dial, err := forwardproxy.FromEnvironment()
+	if cfg.IgnoreProxy {
+		dial, err = forwardproxy.Direct(), nil
+	}
+	if err != nil {
+		return fmt.Errorf("the proxy settings: %w", err)
+	}
+	a.dial = dial
+	if dial.Configured() {
+		a.say("%s", dial.Describe())
 	}
 	if cfg.TokenOnCommandLine {
 		a.say("WARNING: --token is readable by every local user in /proc/%d/cmdline while the agent runs; "+
@@ -205,6 +223,9 @@ type agent struct {
 	// lb carries every certificate-authenticated connection once the
 	// agent holds a certificate.
 	lb *loadbalancer.LoadBalancer
+	// dial opens every connection to a server: directly, or through the
+	// proxy HTTPS_PROXY names (internal/forwardproxy).
+	dial *forwardproxy.Dialer
 	// gone receives why the server no longer accepts this machine's
 	// certificate (its Machine was deleted), once that is certain.
 	gone chan error
@@ -217,6 +238,14 @@ type agent struct {
 	// reconnected tells the plan runner the server answers again after
 	// it was lost (liveness.go).
 	reconnected chan struct{}
+}
+
+// dialer is the agent's dialer; direct until run has read the environment.
+func (a *agent) dialer() *forwardproxy.Dialer {
+	if a.dial == nil {
+		return forwardproxy.Direct()
+	}
+	return a.dial
 }
 
 // logRingBytes bounds the log the agent keeps in memory to serve.
@@ -458,13 +487,16 @@ func (a *agent) join(ctx context.Context, id nodeCredentials) (string, error) {
 		return "", fatal("%v", err)
 	}
 
-	ca, err := PinCA(ctx, a.cfg.Server, tok, a.cfg.InsecureSkipCACheck, a.say)
+	ca, err := PinCA(ctx, a.cfg.Server, tok, a.cfg.InsecureSkipCACheck, a.dialer().DialContext, a.say)
 	if err != nil {
 		return "", err
 	}
 
 	bootstrap, err := musterclient.NewForConfig(&rest.Config{
 		Host: a.cfg.Server, BearerToken: tok.Bearer(), TLSClientConfig: rest.TLSClientConfig{CAData: ca},
+		// Through the proxy (if any) by the agent's own dialer, and only
+		// by it: client-go's default Proxy would be a second opinion.
+		Dial: a.dialer().DialContext, Proxy: forwardproxy.NoProxy,
 	})
 	if err != nil {
 		return "", err
@@ -786,6 +818,10 @@ func (a *agent) client() (*session, error) {
 		TLSClientConfig:     tlsConfig,
 		TLSHandshakeTimeout: 10 * time.Second,
 		MaxIdleConnsPerHost: 25,
+		// The load balancer on loopback, which reaches the server through
+		// the proxy if there is one.
+		Proxy:       forwardproxy.NoProxy,
+		DialContext: a.dialer().DialContext,
 	})
 	rt, err := rest.HTTPWrappersForConfig(cfg, transport)
 	if err != nil {

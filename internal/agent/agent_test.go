@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"net"
+	"slices"
 	"strings"
 	"testing"
 
@@ -57,5 +59,26 @@ func TestDrift(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestInternalIPs: a machine reports its addresses of both families, IPv4
+// first; loopback and IPv6 link-local (useless without a zone) are left out.
+func TestInternalIPs(t *testing.T) {
+	var addrs []net.Addr
+	for _, cidr := range []string{"127.0.0.1/8", "::1/128", "10.0.0.5/24", "fe80::1/64", "2001:db8::5/64", "192.168.1.9/24", "fd00::9/64"} {
+		ip, ipn, err := net.ParseCIDR(cidr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ipn.IP = ip
+		addrs = append(addrs, ipn)
+	}
+	var got []string
+	for _, a := range internalIPs(addrs) {
+		got = append(got, a.Address)
+	}
+	if want := []string{"10.0.0.5", "192.168.1.9", "2001:db8::5", "fd00::9"}; !slices.Equal(got, want) {
+		t.Errorf("internalIPs = %v, want %v", got, want)
 	}
 }

@@ -131,12 +131,27 @@ func addresses() []api.MachineAddress {
 		out = append(out, api.MachineAddress{Type: api.MachineHostName, Address: h})
 	}
 	ifaces, _ := net.InterfaceAddrs()
-	for _, addr := range ifaces {
-		if ipn, ok := addr.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
-			out = append(out, api.MachineAddress{Type: api.MachineInternalIP, Address: ipn.IP.String()})
+	return append(out, internalIPs(ifaces)...)
+}
+
+// internalIPs are the machine's addresses of both families that another
+// host could reach: IPv4 first, then IPv6, each in interface order;
+// loopback and IPv6 link-local (fe80::/10, valid only with a zone) left out.
+func internalIPs(addrs []net.Addr) []api.MachineAddress {
+	var v4, v6 []api.MachineAddress
+	for _, addr := range addrs {
+		ipn, ok := addr.(*net.IPNet)
+		if !ok || ipn.IP.IsLoopback() || ipn.IP.IsLinkLocalUnicast() || ipn.IP.IsUnspecified() || ipn.IP.IsMulticast() {
+			continue
+		}
+		a := api.MachineAddress{Type: api.MachineInternalIP, Address: ipn.IP.String()}
+		if ipn.IP.To4() != nil {
+			v4 = append(v4, a)
+		} else {
+			v6 = append(v6, a)
 		}
 	}
-	return out
+	return append(v4, v6...)
 }
 
 func equalAddresses(a, b []api.MachineAddress) bool {

@@ -65,10 +65,11 @@ func (a *agent) startLoadBalancer(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			check := &http.Client{Transport: &http.Transport{
-				TLSClientConfig:   &tls.Config{RootCAs: roots(), MinVersion: tls.VersionTLS12},
-				DisableKeepAlives: true,
-			}}
+			// Through the proxy like every connection to a server, so
+			// a server counts healthy only if the agent can reach it.
+			transport := a.dialer().Transport(&tls.Config{RootCAs: roots(), MinVersion: tls.VersionTLS12})
+			transport.DisableKeepAlives = true
+			check := &http.Client{Transport: transport}
 			resp, err := check.Do(req)
 			if err != nil {
 				return err
@@ -79,7 +80,10 @@ func (a *agent) startLoadBalancer(ctx context.Context) error {
 			}
 			return nil
 		},
-		Log: a.say,
+		// The load balancer picks the server; the connection to it goes
+		// through the proxy (CONNECT) when HTTPS_PROXY applies to it.
+		Dial: a.dialer().DialContext,
+		Log:  a.say,
 	})
 	if err != nil {
 		return err

@@ -14,6 +14,13 @@ func checkServerURL(server string) error {
 	if !strings.Contains(server, "://") {
 		return fmt.Errorf("--server %s has no scheme: muster-server speaks HTTPS, use --server https://%s", server, server)
 	}
+	if scheme, rest, _ := strings.Cut(server, "://"); true {
+		host, _, _ := strings.Cut(rest, "/")
+		if strings.Count(host, ":") >= 2 && !strings.HasPrefix(host, "[") {
+			// Go's URL parser reads the address's colons as a bad port.
+			return fmt.Errorf("--server %s: an IPv6 address goes in brackets, like --server %s", server, bracketed(scheme, host))
+		}
+	}
 	u, err := url.Parse(server)
 	if err != nil {
 		return fmt.Errorf("--server %q is not a URL (%v): use --server https://HOST:9443", server, err)
@@ -39,4 +46,15 @@ func portHint(server string) string {
 	}
 	return fmt.Sprintf("--server %s has no port, so the agent dials port 443; muster-server listens on 9443 unless --https-port says otherwise: try --server https://%s:9443",
 		server, u.Hostname())
+}
+
+// bracketed is scheme://[host]:port for an IPv6 host written without
+// brackets, the last colon-separated part taken as the port when it looks
+// like one (2001:db8::1:9443), else port 9443.
+func bracketed(scheme, host string) string {
+	if i := strings.LastIndex(host, ":"); i > 0 && len(host)-i-1 >= 2 && len(host)-i-1 <= 5 &&
+		strings.Trim(host[i+1:], "0123456789") == "" && strings.Count(host[:i], ":") >= 2 {
+		return scheme + "://[" + host[:i] + "]:" + host[i+1:]
+	}
+	return scheme + "://[" + host + "]:9443"
 }

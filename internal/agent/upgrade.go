@@ -329,7 +329,7 @@ func (a *agent) downloadClient() (*http.Client, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("loading the pinned CA and certificate in %s to download the agent: %w", a.dir, err)
 	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig, TLSHandshakeTimeout: 10 * time.Second}}, strings.TrimRight(server, "/"), nil
+	return &http.Client{Transport: a.dialer().Transport(tlsConfig)}, strings.TrimRight(server, "/"), nil
 }
 
 // downloadAgent fetches the agent binary of u.Version for this platform

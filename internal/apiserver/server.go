@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -227,6 +228,11 @@ func (cfg Config) Complete() (*CompletedConfig, error) {
 	if err := serving.WithLoopback().ApplyTo(&rc.SecureServing, &rc.LoopbackClientConfig); err != nil {
 		return nil, fmt.Errorf("serving HTTPS on %s:%d: %w (is another process using the port? choose one with --https-port)", cfg.BindAddress, cfg.Port, err)
 	}
+	// The loopback client talks to this very process: at a specific bind
+	// address that is no loopback, client-go would send it through the
+	// HTTPS_PROXY the server's environment names (for its S3 calls), and
+	// the server's own controllers would fail whenever that proxy does.
+	rc.LoopbackClientConfig.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
 	// A client that stops reading cannot hold a connection, and the
 	// requests on it, for ever (WriteProgressTimeout says why).
 	rc.SecureServing.Listener = withWriteProgress(rc.SecureServing.Listener, WriteProgressTimeout)

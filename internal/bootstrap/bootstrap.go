@@ -129,7 +129,10 @@ func Ensure(cfg Config) (*State, error) {
 	if cfg.HTTPSPort <= 0 || cfg.HTTPSPort > 65535 {
 		return nil, fmt.Errorf("--https-port %d is not a TCP port (1-65535)", cfg.HTTPSPort)
 	}
-	advertise := strings.TrimSpace(cfg.AdvertiseAddress)
+	// "[2001:db8::1]", as in a URL, is the address 2001:db8::1: bracketed
+	// again by net.JoinHostPort it would make an endpoint no agent can dial.
+	cfg.AdvertiseAddress = unbracket(cfg.AdvertiseAddress)
+	advertise := cfg.AdvertiseAddress
 	if advertise == "" {
 		advertise = defaultAdvertiseAddress()
 	}
@@ -309,7 +312,7 @@ func ReadAdminKubeconfig(dataDir string) ([]byte, error) {
 // the operator gave one, else a specific bind address, else 127.0.0.1 (the
 // kubeconfig is for use on this host, and a detected address may change).
 func serverURL(cfg Config) string {
-	host := strings.TrimSpace(cfg.AdvertiseAddress)
+	host := unbracket(cfg.AdvertiseAddress)
 	if host == "" {
 		if ip := net.ParseIP(cfg.BindAddress); ip != nil && !ip.IsUnspecified() {
 			host = ip.String()
@@ -507,8 +510,18 @@ func requiredSANs(cfg Config, advertise string) (*sanSet, error) {
 	if err := s.add(advertise); err != nil {
 		return nil, fmt.Errorf("--advertise-address: %w", err)
 	}
-	if ip := net.ParseIP(cfg.BindAddress); ip != nil && !ip.IsUnspecified() {
+	if ip := net.ParseIP(unbracket(cfg.BindAddress)); ip != nil && !ip.IsUnspecified() {
 		_ = s.add(ip.String())
+	} else {
+		// Listening on every address (0.0.0.0, which Go serves dual-stack,
+		// or ::): agents may come over either family, so the certificate
+		// names this host's first address of each, whichever family
+		// --advertise-address is. Others go in with --tls-san.
+		for _, v4 := range []bool{true, false} {
+			if ip := firstGlobal(v4); ip != "" {
+				_ = s.add(ip)
+			}
+		}
 	}
 	for _, san := range cfg.TLSSANs {
 		if err := s.add(san); err != nil {
@@ -727,9 +740,19 @@ func diff(want, have []string) (added, removed []string) {
 // defaultAdvertiseAddress is the first global-unicast IPv4 of an interface
 // that is up and not loopback, else 127.0.0.1.
 func defaultAdvertiseAddress() string {
+	if ip := firstGlobal(true); ip != "" {
+		return ip
+	}
+	return "127.0.0.1"
+}
+
+// firstGlobal is the first global-unicast address of the family (IPv4 or
+// IPv6) of an interface that is up and not loopback, "" if there is none.
+// IPv6 link-local addresses are not global unicast, so never chosen.
+func firstGlobal(ipv4 bool) string {
 	ifaces, err := net.Interfaces()
 	if err != nil {
-		return "127.0.0.1"
+		return ""
 	}
 	for _, iface := range ifaces {
 		if iface.Flags&net.FlagUp == 0 || iface.Flags&net.FlagLoopback != 0 {
@@ -741,13 +764,21 @@ func defaultAdvertiseAddress() string {
 		}
 		for _, a := range addrs {
 			ipnet, ok := a.(*net.IPNet)
-			if !ok {
+			if !ok || !ipnet.IP.IsGlobalUnicast() || (ipnet.IP.To4() != nil) != ipv4 {
 				continue
 			}
-			if ip4 := ipnet.IP.To4(); ip4 != nil && ip4.IsGlobalUnicast() {
-				return ip4.String()
-			}
+			return ipnet.IP.String()
 		}
 	}
-	return "127.0.0.1"
+	return ""
+}
+
+// unbracket is an address as written in a URL ("[2001:db8::1]") without
+// its brackets, as the flags take it.
+func unbracket(addr string) string {
+	addr = strings.TrimSpace(addr)
+	if strings.HasPrefix(addr, "[") && strings.HasSuffix(addr, "]") {
+		return addr[1 : len(addr)-1]
+	}
+	return addr
 }

@@ -28,6 +28,9 @@
 #   INSTALL_MUSTER_SYSTEMD_DIR   where the unit and its env file go (default /etc/systemd/system;
 #                                with openrc or none, also the init script, pid file and log)
 #   INSTALL_MUSTER_DATA_DIR      the service's data dir (default /var/lib/muster/<agent|server>)
+#   HTTPS_PROXY, HTTP_PROXY,     a forward proxy (either case): used for this script's downloads
+#   NO_PROXY                     (curl, wget) and written into the service's env file, so the
+#                                service reaches its server (and, for a server, S3) through it
 #   INSTALL_MUSTER_INIT          systemd, openrc or none (default: what this host runs). none is
 #                                for hosts without an init system (containers): the service runs
 #                                detached (setsid, pid file, log) from the control script
@@ -63,6 +66,63 @@ while [ $# -gt 0 ]; do
 			extra="$extra $1"; shift ;;
 	esac
 done
+# --- proxy and server URL: checked before anything is downloaded or written --
+# without_credentials URL: the proxy URL without user and password, for messages.
+without_credentials() {
+	case "$1" in
+		*://*) printf '%s://%s' "${1%%://*}" "$(printf '%s' "${1#*://}" | sed 's/^[^/]*@//')" ;;
+		*) printf '%s' "$1" | sed 's/^[^/]*@//' ;;
+	esac
+}
+# check_proxy NAME VALUE: [http|https://][USER:PASSWORD@]HOST[:PORT][/], the
+# form the agent and curl both take; an IPv6 host in brackets. Its characters
+# must be safe in the env file, which systemd reads and openrc sources.
+check_proxy() {
+	shown=$(without_credentials "$2")
+	hint="set it like http://proxy.example.com:3128 or http://USER:PASSWORD@proxy.example.com:3128; nothing was installed"
+	case "$2" in *[!]A-Za-z0-9._:/@%+=,[-]*) fatal "$1 ($shown) holds characters other than letters, digits and ._:/@%+=,[]- (percent-encode them in a password); nothing was installed" ;; esac
+	rest=${2#*://}
+	if [ "$rest" != "$2" ]; then
+		case "${2%%://*}" in http | https) ;; *) fatal "$1 ($shown): only http:// and https:// proxies are supported; $hint" ;; esac
+	fi
+	hostport=${rest%/}
+	case "$hostport" in */*) fatal "$1 ($shown) has a path, which a proxy URL does not; $hint" ;; esac
+	hostport=${hostport##*@}
+	port=-
+	case "$hostport" in
+		\[*\]) ;;
+		\[*\]:*) port=${hostport##*\]:} ;;
+		*:*:*) fatal "$1 ($shown): an IPv6 proxy address goes in brackets, like http://[2001:db8::1]:3128; nothing was installed" ;;
+		*:*) port=${hostport##*:} ;;
+	esac
+	case "$hostport" in '' | :* | \[\]*) fatal "$1 ($shown) names no proxy host; $hint" ;; esac
+	if [ "$port" != - ]; then
+		case "$port" in '' | *[!0-9]*) fatal "$1 ($shown): the port '$port' is not a number; $hint" ;; esac
+		if [ "$port" -lt 1 ] || [ "$port" -gt 65535 ]; then fatal "$1 ($shown): the port $port is out of range; $hint"; fi
+	fi
+}
+proxy_vars=
+for v in HTTPS_PROXY https_proxy HTTP_PROXY http_proxy NO_PROXY no_proxy; do
+	eval "val=\${$v:-}"
+	[ -n "$val" ] || continue
+	case "$v" in
+		NO_PROXY | no_proxy) case "$val" in *[!]A-Za-z0-9._:/*,[-]*) fatal "$v holds characters other than letters, digits and ._:/*,[]-: list host names, addresses and CIDRs separated by commas; nothing was installed" ;; esac ;;
+		*) check_proxy "$v" "$val" ;;
+	esac
+	proxy_vars="$proxy_vars $v"
+done
+# curl reads both cases, wget (busybox's too) only lowercase: give it those.
+if [ -n "${HTTPS_PROXY:-}" ] && [ -z "${https_proxy:-}" ]; then https_proxy=$HTTPS_PROXY; export https_proxy; fi
+if [ -n "${NO_PROXY:-}" ] && [ -z "${no_proxy:-}" ]; then no_proxy=$NO_PROXY; export no_proxy; fi
+if [ -n "$url" ]; then
+	hostpart=${url#*://}
+	hostpart=${hostpart%%/*}
+	case "$hostpart" in
+		\[*) ;;
+		*:*:*) fatal "the server URL $url: an IPv6 address goes in brackets, like https://[2001:db8::1]:9443; nothing was installed" ;;
+	esac
+fi
+
 if [ -z "$token" ] && [ -n "$token_file" ]; then
 	[ -r "$token_file" ] || fatal "cannot read the token file $token_file"
 	token=$(tr -d ' \t\r\n' <"$token_file")
@@ -203,6 +263,12 @@ rm -f "$env_file"
 : >"$env_file"
 chmod 0600 "$env_file"
 if [ -n "$token" ]; then printf 'MUSTER_TOKEN=%s\n' "$token" >>"$env_file"; fi
+# The proxy, as given to this script (checked above), for the service too.
+for v in $proxy_vars; do
+	eval "val=\${$v}"
+	printf '%s=%s\n' "$v" "$val" >>"$env_file"
+done
+if [ -n "$proxy_vars" ]; then info "the service uses the proxy settings given to this script:$proxy_vars (in $env_file)"; fi
 umask 022
 
 if [ "$init" = systemd ]; then

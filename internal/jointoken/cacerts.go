@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -17,9 +18,16 @@ import (
 var ErrBadServerURL = errors.New("not a server URL")
 
 // FetchCA reads a server's /cacerts without trusting the server yet: what
-// it returns may be trusted only once PinsCA accepts it.
-func FetchCA(ctx context.Context, server string) ([]byte, error) {
+// it returns may be trusted only once PinsCA accepts it. dial opens the
+// connection (the agent's proxy-aware dialer); nil dials directly.
+func FetchCA(ctx context.Context, server string, dial func(ctx context.Context, network, address string) (net.Conn, error)) ([]byte, error) {
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		// The dialer alone decides on a proxy: never two.
+		Proxy:           nil,
+		DialContext:     dial,
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // verified by hash (PinsCA)
 	}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(server, "/")+"/cacerts", nil)

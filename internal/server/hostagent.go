@@ -75,6 +75,9 @@ func (h HostAgentAbilities) agentConfig(acfg agent.Config) agent.Config {
 // across restarts, so it never re-registers.
 func runHostAgent(ctx context.Context, cfg Config, dir string, loopback *rest.Config, serverURL string) {
 	acfg := cfg.HostAgent.agentConfig(agent.Config{Server: serverURL, DataDir: dir, Out: &prefixWriter{prefix: "host agent: ", w: os.Stderr}, LogFormat: "text"})
+	// Its own server is no place to go through the server's HTTPS_PROXY
+	// (set for S3): it connects directly.
+	acfg.IgnoreProxy = true
 	acfg.NodeName, _ = os.Hostname()
 	acfg.NodeName = strings.ToLower(acfg.NodeName)
 	if !agent.Joined(dir) {

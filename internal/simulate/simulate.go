@@ -112,7 +112,7 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	ca, err := agent.PinCA(ctx, cfg.Server, tok, false, quiet)
+	ca, err := agent.PinCA(ctx, cfg.Server, tok, false, nil, quiet)
 	if err != nil {
 		return nil, err
 	}

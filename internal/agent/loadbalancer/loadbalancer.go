@@ -56,7 +56,12 @@ type Config struct {
 	HealthCheck func(ctx context.Context, address string) error
 	// CheckInterval, CheckTimeout and DialTimeout default to the Default* values.
 	CheckInterval, CheckTimeout, DialTimeout time.Duration
-	// Log receives a line for each change of active server; nil discards.
+	// Dial opens the connection to a server (host:port); nil dials
+	// directly. The agent passes its proxy-aware dialer: the load balancer
+	// picks the server, the dial to it goes through the proxy.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// Log receives a line for each change of active server, and when a
+	// server stops answering (with why) or answers again; nil discards.
 	Log func(format string, args ...interface{})
 	// Key ranks the learned servers for this load balancer (Rank); empty
 	// keeps the list order. Agents pass their clientID.
@@ -94,7 +99,10 @@ type server struct {
 	state   state
 	// passes and fails count consecutive health check results.
 	passes, fails int
-	conns         map[*conn]struct{}
+	// failing is set once a failure was logged, until a success is: the
+	// log says when a server stops and starts answering, not every try.
+	failing bool
+	conns   map[*conn]struct{}
 }
 
 // LoadBalancer forwards local connections to the active server.
@@ -129,6 +137,9 @@ func New(cfg Config) (*LoadBalancer, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = func(string, ...interface{}) {}
+	}
+	if cfg.Dial == nil {
+		cfg.Dial = (&net.Dialer{}).DialContext
 	}
 	l, err := net.Listen("tcp", cfg.ListenAddress)
 	if err != nil {
@@ -348,10 +359,15 @@ func (lb *LoadBalancer) forward(ctx context.Context, client net.Conn) {
 		}
 		tried[target] = true
 		dctx, cancel := context.WithTimeout(ctx, lb.cfg.DialTimeout)
-		upstream, err := (&net.Dialer{}).DialContext(dctx, "tcp", target.address)
+		upstream, err := lb.cfg.Dial(dctx, "tcp", target.address)
 		cancel()
 		if err != nil {
+			if ctx.Err() != nil {
+				_ = client.Close()
+				return
+			}
 			lb.mu.Lock()
+			lb.noteLocked(target, err)
 			target.state = next(target.state, dialFailed, 1)
 			target.passes = 0
 			lb.pickLocked()
@@ -429,6 +445,7 @@ func (lb *LoadBalancer) checkAll(ctx context.Context) {
 		if s == nil {
 			continue
 		}
+		lb.noteLocked(s, results[i])
 		if results[i] == nil {
 			s.passes, s.fails = s.passes+1, 0
 			s.state = next(s.state, checkPassed, s.passes)
@@ -438,6 +455,20 @@ func (lb *LoadBalancer) checkAll(ctx context.Context) {
 		}
 	}
 	lb.pickLocked()
+}
+
+// noteLocked logs when s stops answering, with the reason (a refused
+// dial, a proxy that refuses or is down, a failed /readyz), and when it
+// answers again.
+func (lb *LoadBalancer) noteLocked(s *server, err error) {
+	switch {
+	case err != nil && !s.failing:
+		s.failing = true
+		lb.cfg.Log("load balancer: server %s does not answer: %v", s.address, err)
+	case err == nil && s.failing:
+		s.failing = false
+		lb.cfg.Log("load balancer: server %s answers again", s.address)
+	}
 }
 
 // persisted is the state file: the learned list and the seed it was learned from.
