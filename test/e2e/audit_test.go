@@ -213,6 +213,13 @@ spec:
 	signingKey := "sk-" + randomHex(24)
 	applySubscription(t, operator, "audited", "https://127.0.0.1:9/hook", "", signingKey, 0, api.NotifyMachineFailed)
 
+	// 6. A binding change: an admin gives a team a role on a cluster.
+	bindingFile := filepath.Join(t.TempDir(), "binding.yaml")
+	if err := os.WriteFile(bindingFile, []byte(bindingYAML("audited-team", "Viewer", "team-audit", "edge-east")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.mustKubectl("create", "-f", bindingFile)
+
 	// Every step has its record, in the log and at the webhook.
 	tokenID := tokenID(token)
 	type want struct {
@@ -242,6 +249,10 @@ spec:
 		}},
 		{"the subscription's creation, by otto", func(e auditEvent) bool {
 			return e.Verb == "create" && e.ObjectRef != nil && e.ObjectRef.Resource == "notificationsubscriptions" && e.User.Username == "otto" && e.Level == "Metadata"
+		}},
+		{"the binding's creation, with who it grants what", func(e auditEvent) bool {
+			return e.Verb == "create" && e.ObjectRef != nil && e.ObjectRef.Resource == "accessbindings" && e.Level == "Request" &&
+				strings.Contains(string(e.RequestObject), "team-audit") && strings.Contains(string(e.RequestObject), "edge-east")
 		}},
 	}
 	for _, source := range []struct {
@@ -290,7 +301,7 @@ spec:
 			(e.ObjectRef != nil && e.ObjectRef.Subresource == "status")) {
 			t.Errorf("the agent's routine request was audited: %s", e.what())
 		}
-		if e.Level == "RequestResponse" || e.Level == "Request" && e.ObjectRef != nil && e.ObjectRef.Resource != "clusterregistrationtokens" {
+		if e.Level == "RequestResponse" || e.Level == "Request" && e.ObjectRef != nil && e.ObjectRef.Resource != "clusterregistrationtokens" && e.ObjectRef.Resource != "accessbindings" {
 			t.Errorf("a body beyond a join token's request was audited: %s", e.what())
 		}
 	}
