@@ -12,6 +12,11 @@ Licensed under the Apache License, Version 2.0.
 package v1alpha1
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in AgentPlatformBinary) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.AgentPlatformBinary"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in AgentUpgrade) OpenAPIModelName() string {
 	return "io.muster.v1alpha1.AgentUpgrade"
 }
