@@ -161,6 +161,7 @@ fetch_binary() {
 		# Which agents does the server have? It lists them, one os/arch a line.
 		if download "$url/assets/muster-agent.platforms" "$tmp/platforms" "$tmp/ca.crt" 2>/dev/null; then
 			have=$(tr '\n' ' ' <"$tmp/platforms")
+			have=${have% }
 			fatal "$url has no $asset for this $machine host; it has agents for: ${have:-none}. Its operator puts $asset (built by make release) in muster-server's --agent-assets-dir (default: beside muster-server); nothing was installed"
 		fi
 		fatal "cannot read $url/assets/$asset.sha256 (does the server serve $asset?); nothing was installed"
