@@ -12,17 +12,20 @@ import (
 	"time"
 )
 
-// qemuArch is an architecture whose real agent binary the arch tests run
-// under qemu-user (Debian's qemu-user-static).
+// qemuArch is an architecture whose real agent binary the arch tests run,
+// under qemu-user (Debian's qemu-user-static) unless it is this host's.
 type qemuArch struct {
 	goarch, goarm string
 	machine       string // what uname -m says on such a host
 	platform      string // what the agent reports in status.platform
-	binfmt        string // /usr/lib/binfmt.d/<binfmt>.conf registers qemu for it
+	binfmt        string // /usr/lib/binfmt.d/<binfmt>.conf registers qemu for it; "" runs natively
 	elfMachine    elf.Machine
 }
 
-var qemuArches = []qemuArch{
+// archFleet is the fleet TestArchAgents installs: this host's own amd64
+// (native, no qemu) beside the two emulated ones.
+var archFleet = []qemuArch{
+	{goarch: "amd64", machine: "x86_64", platform: "linux/amd64", elfMachine: elf.EM_X86_64},
 	{goarch: "arm64", machine: "aarch64", platform: "linux/arm64", binfmt: "qemu-aarch64", elfMachine: elf.EM_AARCH64},
 	{goarch: "arm", goarm: "7", machine: "armv7l", platform: "linux/arm/v7", binfmt: "qemu-arm", elfMachine: elf.EM_ARM},
 }
@@ -70,7 +73,11 @@ printf '%s' "$1" >/proc/sys/fs/binfmt_misc/register || exit 98
 shift
 exec "$@"`
 	p := &agentProc{t: t, log: &syncBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command("unshare", append([]string{"--user", "--map-root-user", "--mount", "sh", "-c", script, "sh", binfmtRegistration(t, a)}, argv...)...)
+	if a.binfmt == "" {
+		p.cmd = exec.Command(argv[0], argv[1:]...)
+	} else {
+		p.cmd = exec.Command("unshare", append([]string{"--user", "--map-root-user", "--mount", "sh", "-c", script, "sh", binfmtRegistration(t, a)}, argv...)...)
+	}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
@@ -125,27 +132,29 @@ func elfMachine(t *testing.T, path string) elf.Machine {
 	return f.Machine
 }
 
-// TestArchAgentsUnderQemu: the issue's acceptance for arm64 and armv7. Real
-// agent binaries built for each run under qemu-user; each is installed by
+// TestArchAgentsUnderQemu: the issue's acceptance for arm64 and armv7, beside
+// this host's amd64. Real agent binaries built for each run, the arm ones
+// under qemu-user; each is installed by
 // the server's install.sh (which picks the binary by uname -m, and says
 // which architectures the server has when the host's is missing), joins,
 // reports its platform, runs a plan, refuses an agentUpgrade that gives no
 // sum for its platform without touching its binary, and is upgraded by one
-// agentUpgrade plan, the same for both, to its own architecture's newer
-// build.
+// agentUpgrade plan, the same for all three, to its own architecture's
+// newer build.
 func TestArchAgentsUnderQemu(t *testing.T) {
 	t.Parallel()
 	assets, versions := t.TempDir(), t.TempDir()
 	built := map[string]map[string]string{} // goarch → version → binary
-	for _, a := range qemuArches {
+	for _, a := range archFleet {
 		built[a.goarch] = map[string]string{}
 		for _, v := range []string{"vA", "vB"} {
 			built[a.goarch][v] = buildCrossAgent(t, versions, a, v)
 		}
 	}
-	// The assets install.sh serves: vA of arm64 only, at first.
+	// The assets install.sh serves: the server's own platform's (amd64)
+	// and arm64's vA, at first.
 	copyExecutable(t, built["arm64"]["vA"], filepath.Join(assets, "muster-agent-linux-arm64"))
-	s := startServer(t, "", "--agent-binary", agentBin, "--agent-assets-dir", assets, "--agent-binaries-dir", versions)
+	s := startServer(t, "", "--agent-binary", built["amd64"]["vA"], "--agent-assets-dir", assets, "--agent-binaries-dir", versions)
 	token := newToken(t, s)
 
 	// A host whose architecture the server has no agent for: install.sh
@@ -168,8 +177,8 @@ func TestArchAgentsUnderQemu(t *testing.T) {
 		agent  *agentProc
 	}
 	var machines []*machine
-	for _, a := range qemuArches {
-		m := &machine{arch: a, name: "qemu-" + a.goarch}
+	for _, a := range archFleet {
+		m := &machine{arch: a, name: "arch-" + a.goarch}
 		r := newInstallRoot(t)
 		out, err := installAs(t, s, r, a.machine, "--token", token, "--server", s.url(), "--node-name", m.name, "--label", "fleet=arch")
 		if err != nil {
@@ -240,7 +249,11 @@ spec:
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("figure: %s agent under qemu-user: idle RSS %d KiB (qemu's); binary %d bytes", m.arch.platform, rssKiB(m.agent.cmd.Process.Pid), fi.Size())
+		how := "native"
+		if m.arch.binfmt != "" {
+			how = "under qemu-user, the RSS is qemu's"
+		}
+		t.Logf("figure: %s agent (%s): idle RSS %d KiB; binary %d bytes", m.arch.platform, how, rssKiB(m.agent.cmd.Process.Pid), fi.Size())
 	}
 
 	sum := func(goarch, v string) string {
@@ -262,7 +275,7 @@ spec:
 
 	// An upgrade that gives no sum for the armv7 machine's platform: the
 	// plan fails with what to add, and nothing is downloaded or replaced.
-	armv7 := machines[1]
+	armv7 := machines[2]
 	kubectlDoc(t, s, "replace", upgradePlan(armv7.name, map[string]string{"linux/arm64": sum("arm64", "vB")}))
 	waitFor(t, 120*time.Second, armv7.name+"'s upgrade without its platform to fail", func() bool { st, _ := planState(armv7.name); return st == "failed" })
 	if _, output := planState(armv7.name); !strings.Contains(output, "gives no SHA-256 for this machine's platform linux/arm/v7 (it gives linux/arm64): add {platform: linux/arm") ||
@@ -276,12 +289,12 @@ spec:
 		t.Errorf("a refused upgrade left files beside the agent: %v", entries)
 	}
 
-	// One plan for both: each agent installs its own architecture's vB.
-	both := map[string]string{"linux/arm64": sum("arm64", "vB"), "linux/arm": sum("arm", "vB")}
+	// One plan for all: each agent installs its own architecture's vB.
+	every := map[string]string{"linux/amd64": sum("amd64", "vB"), "linux/arm64": sum("arm64", "vB"), "linux/arm": sum("arm", "vB")}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for _, m := range machines {
-		kubectlDoc(t, s, "replace", upgradePlan(m.name, both))
+		kubectlDoc(t, s, "replace", upgradePlan(m.name, every))
 	}
 	for _, m := range machines {
 		wg.Add(1)
@@ -294,7 +307,7 @@ spec:
 		}()
 	}
 	wg.Wait()
-	t.Logf("both agents upgraded under qemu in %v", time.Since(start).Round(time.Second))
+	t.Logf("the three agents upgraded in %v", time.Since(start).Round(time.Second))
 	for _, m := range machines {
 		if got, want := fileSHA256(t, m.binary), fileSHA256(t, built[m.arch.goarch]["vB"]); got != want {
 			t.Errorf("%s runs %s after the upgrade, not its own architecture's vB %s", m.name, got, want)
