@@ -136,3 +136,29 @@ func TestAgentAssetsEveryPlatform(t *testing.T) {
 		t.Errorf("a missing architecture: %d %q, want a 404 naming the architectures it has and the flag", code, body)
 	}
 }
+
+// TestAgentBinaryFromReleaseDir: a server run from a `make release`
+// directory (muster-server-linux-<arch> beside muster-agent-linux-<arch>)
+// hands out, for its own platform (install.sh, --with-agent, the process
+// driver), the agent of that directory.
+func TestAgentBinaryFromReleaseDir(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(self) // the test binary's own, temporary, directory
+	if _, err := os.Stat(filepath.Join(dir, "muster-agent")); err == nil {
+		t.Fatalf("%s already holds a muster-agent: this test needs a directory without one", dir)
+	}
+	released := filepath.Join(dir, AgentAsset(runtime.GOOS, runtime.GOARCH))
+	if err := os.WriteFile(released, []byte("agent"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(released) })
+	if got := AgentBinary(""); got != released {
+		t.Errorf("AgentBinary beside a release's agent = %s, want %s", got, released)
+	}
+	if got := AgentBinary("/opt/agent"); got != "/opt/agent" {
+		t.Errorf("AgentBinary(--agent-binary /opt/agent) = %s", got)
+	}
+}
