@@ -28,7 +28,7 @@ TEST_FLAGS ?= -p 1 -parallel 4 -count=1 -timeout 45m
 .DEFAULT_GOAL := all
 
 # `make ha` starts PostgreSQL, three servers on 127.0.0.1-3 and agents (hack/ha.sh).
-.PHONY: docs screenshots all build run peer s3 oidc ha ha-stop test test-unit test-e2e vet fuzz generate verify-generated bench bench-peer postgres-start postgres-stop clean
+.PHONY: release release-agents docs screenshots all build run peer s3 oidc ha ha-stop test test-unit test-e2e vet fuzz generate verify-generated bench bench-peer postgres-start postgres-stop clean
 
 all: build
 
@@ -38,6 +38,19 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/muster-server ./cmd/server
 	$(GO) build -ldflags '$(LDFLAGS) -s -w' -o $(BIN)/muster-agent ./cmd/agent
 	$(GO) build -ldflags '$(LDFLAGS) -s -w' -o $(BIN)/kubectl-muster ./cmd/kubectl-muster
+
+# Release binaries for every architecture, with SHA256SUMS, in RELEASE_DIR
+# (hack/release.sh): the agent for linux/amd64, arm64 and arm (GOARM=7)
+# without cgo, the server for linux/amd64 and arm64 with cgo (SQLite; arm64
+# needs apt-get install gcc-aarch64-linux-gnu). A server run from that
+# directory publishes every agent beside it (install.sh picks the host's).
+# release-agents builds the agents only (CI: test/e2e/arch_test.go runs them
+# under qemu-user).
+RELEASE_DIR ?= dist
+release:
+	RELEASE_DIR=$(RELEASE_DIR) LDFLAGS='$(LDFLAGS)' GO=$(GO) hack/release.sh
+release-agents:
+	RELEASE_DIR=$(RELEASE_DIR) RELEASE_WHAT=agents LDFLAGS='$(LDFLAGS)' GO=$(GO) hack/release.sh
 
 # ARGS passes more flags: make run ARGS='--with-agent --agent-binaries-dir ./agents'
 ARGS ?=

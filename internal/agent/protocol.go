@@ -153,7 +153,7 @@ func Retryable(err error) bool { return !IsFinal(err) && transient(err) }
 // server's Retry-After, else backoff with jitter.
 func RetryWait(err error, backoff time.Duration) time.Duration { return retryWait(err, backoff) }
 
-// CheckIn makes the Machine show the agent's version and addresses,
+// CheckIn makes the Machine show the agent's version, platform and addresses,
 // writing only when they changed: a read from the server's watch cache,
 // and a conflict means it lagged, so the retry reads the stored object.
 func CheckIn(ctx context.Context, c musterclient.MusterV1alpha1Interface, machine string, addrs []api.MachineAddress) error {
@@ -165,10 +165,11 @@ func CheckIn(ctx context.Context, c musterclient.MusterV1alpha1Interface, machin
 		if err != nil {
 			return err
 		}
-		if m.Status.AgentVersion == version.Version && equalAddresses(m.Status.Addresses, addrs) {
+		platform := Platform()
+		if m.Status.AgentVersion == version.Version && m.Status.Platform == platform && equalAddresses(m.Status.Addresses, addrs) {
 			return nil
 		}
-		m.Status.AgentVersion, m.Status.Addresses = version.Version, addrs
+		m.Status.AgentVersion, m.Status.Platform, m.Status.Addresses = version.Version, platform, addrs
 		_, err = machines.UpdateStatus(ctx, m, metav1.UpdateOptions{})
 		return err
 	})

@@ -276,6 +276,10 @@ func (a *agent) install(ctx context.Context, plan *api.MachinePlan) error {
 			return fmt.Errorf("upgrading to muster-agent %s failed: %s", u.Version, m.Failed)
 		}
 	}
+	want, err := upgradeSHA256(u)
+	if err != nil {
+		return err
+	}
 	exe, err := executable()
 	if err != nil {
 		return fmt.Errorf("finding this agent's executable to replace: %w", err)
@@ -285,7 +289,7 @@ func (a *agent) install(ctx context.Context, plan *api.MachinePlan) error {
 		return err
 	}
 	a.say("upgrading from muster-agent %s to %s", version.Version, u.Version)
-	tmp, err := downloadAgent(ctx, httpc, base, u, exe)
+	tmp, err := downloadAgent(ctx, httpc, base, u, want, exe)
 	if err != nil {
 		return err
 	}
@@ -313,6 +317,29 @@ func (a *agent) install(ctx context.Context, plan *api.MachinePlan) error {
 	return fmt.Errorf("starting muster-agent %s from %s: %w; the previous agent was put back", u.Version, exe, err)
 }
 
+// upgradeSHA256 is the SHA-256 u gives for this agent's own platform: the
+// binary the agent downloads is the one of its GOOS/GOARCH, so the sum is
+// that binary's. A plan that gives none for it fails before anything is
+// downloaded.
+func upgradeSHA256(u *api.AgentUpgrade) (string, error) {
+	if sum := u.SHA256For(runtime.GOOS, runtime.GOARCH); sum != "" {
+		return sum, nil
+	}
+	listed := make([]string, 0, len(u.Platforms))
+	for _, p := range u.Platforms {
+		listed = append(listed, p.Platform)
+	}
+	own := runtime.GOOS + "/" + runtime.GOARCH
+	return "", fmt.Errorf("this plan's agentUpgrade gives no SHA-256 for this machine's platform %s (it gives %s): add {platform: %s, sha256: <%s>} to spec.agentUpgrade.platforms, "+
+		"or leave this machine out of the plan set's selector; nothing was downloaded or replaced",
+		Platform(), strings.Join(listed, ", "), own, strings.ReplaceAll(strings.ReplaceAll(sha256HintFor(u.Version), "<os>", runtime.GOOS), "<arch>", runtime.GOARCH))
+}
+
+// sha256HintFor is the command that prints the sum of version's binary.
+func sha256HintFor(version string) string {
+	return "kubectl get --raw " + install.VersionedAgentPath(version, "<os>", "<arch>") + ".sha256 | cut -d' ' -f1"
+}
+
 // downloadClient is an HTTPS client that trusts only the pinned CA and
 // presents the machine's certificate, and the server's base URL.
 func (a *agent) downloadClient() (*http.Client, string, error) {
@@ -334,8 +361,8 @@ func (a *agent) downloadClient() (*http.Client, string, error) {
 
 // downloadAgent fetches the agent binary of u.Version for this platform
 // into a temporary file beside exe (0755), and checks its SHA-256 against
-// u.Sha256. It returns the temporary file's path.
-func downloadAgent(ctx context.Context, c *http.Client, base string, u *api.AgentUpgrade, exe string) (string, error) {
+// want. It returns the temporary file's path.
+func downloadAgent(ctx context.Context, c *http.Client, base string, u *api.AgentUpgrade, want, exe string) (string, error) {
 	url := base + install.VersionedAgentPath(u.Version, runtime.GOOS, runtime.GOARCH)
 	for attempt := 0; ; attempt++ {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -360,13 +387,13 @@ func downloadAgent(ctx context.Context, c *http.Client, base string, u *api.Agen
 			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 			return "", fmt.Errorf("downloading muster-agent %s from %s: %s: %s", u.Version, url, resp.Status, strings.TrimSpace(string(msg)))
 		}
-		return writeVerified(resp.Body, u, exe)
+		return writeVerified(resp.Body, u, want, exe)
 	}
 }
 
 // writeVerified writes r to a temporary file beside exe, keeping it only
-// if its SHA-256 is u.Sha256.
-func writeVerified(r io.Reader, u *api.AgentUpgrade, exe string) (string, error) {
+// if its SHA-256 is want.
+func writeVerified(r io.Reader, u *api.AgentUpgrade, want, exe string) (string, error) {
 	f, err := os.CreateTemp(filepath.Dir(exe), "."+filepath.Base(exe)+".upgrade-*")
 	if err != nil {
 		return "", fmt.Errorf("writing the new agent beside %s: %w; the agent's directory must be writable by it", exe, err)
@@ -387,10 +414,14 @@ func writeVerified(r io.Reader, u *api.AgentUpgrade, exe string) (string, error)
 		return "", fmt.Errorf("muster-agent %s is larger than %d bytes; refusing it", u.Version, maxAgentBinary)
 	}
 	got := hex.EncodeToString(d.Sum(nil))
-	if !strings.EqualFold(got, u.Sha256) {
+	if !strings.EqualFold(got, want) {
+		field := "spec.agentUpgrade.sha256"
+		if len(u.Platforms) > 0 {
+			field = "the " + runtime.GOOS + "/" + runtime.GOARCH + " entry of spec.agentUpgrade.platforms"
+		}
 		return "", fmt.Errorf("muster-agent %s downloaded has SHA-256 %s but the plan says %s: refusing it, nothing was replaced; "+
-			"put the sum from /assets/agent/%s/muster-agent-%s-%s.sha256 in spec.agentUpgrade.sha256 if that binary is the one to install",
-			u.Version, got, strings.ToLower(u.Sha256), u.Version, runtime.GOOS, runtime.GOARCH)
+			"put the sum from /assets/agent/%s/muster-agent-%s-%s.sha256 in %s if that binary is the one to install",
+			u.Version, got, strings.ToLower(want), u.Version, runtime.GOOS, runtime.GOARCH, field)
 	}
 	if err := f.Chmod(0o755); err != nil {
 		return "", err

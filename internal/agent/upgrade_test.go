@@ -26,7 +26,7 @@ func TestWriteVerifiedRefusesAnotherSum(t *testing.T) {
 	}
 	body := []byte("new agent")
 	wrong := strings.Repeat("0", 64)
-	_, err := writeVerified(bytes.NewReader(body), &api.AgentUpgrade{Version: "v2", Sha256: wrong}, exe)
+	_, err := writeVerified(bytes.NewReader(body), &api.AgentUpgrade{Version: "v2", Sha256: wrong}, wrong, exe)
 	if err == nil || !strings.Contains(err.Error(), hexSum(body)) || !strings.Contains(err.Error(), wrong) || !strings.Contains(err.Error(), "nothing was replaced") {
 		t.Fatalf("err = %v, want one naming both sums", err)
 	}
@@ -37,7 +37,7 @@ func TestWriteVerifiedRefusesAnotherSum(t *testing.T) {
 	if b, _ := os.ReadFile(exe); string(b) != "old" {
 		t.Fatalf("the agent changed: %q", b)
 	}
-	tmp, err := writeVerified(bytes.NewReader(body), &api.AgentUpgrade{Version: "v2", Sha256: strings.ToUpper(hexSum(body))}, exe)
+	tmp, err := writeVerified(bytes.NewReader(body), &api.AgentUpgrade{Version: "v2"}, strings.ToUpper(hexSum(body)), exe)
 	if err != nil {
 		t.Fatal(err)
 	}

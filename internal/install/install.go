@@ -76,8 +76,14 @@ const (
 // the server's own executable.
 type Config struct {
 	// AgentBinary is the muster-agent served as muster-agent-<os>-<arch>
-	// (--agent-binary).
+	// for the server's own platform (--agent-binary).
 	AgentBinary string
+	// AgentAssetsDir holds agents for other architectures, named
+	// muster-agent-<os>-<arch> as `make release` names them; each is served
+	// at /assets/ under its name (--agent-assets-dir). Empty: the directory
+	// of the server's own executable, so that a server run from a release
+	// directory publishes every agent beside it.
+	AgentAssetsDir string
 	// ServerBinary is the muster-server served as muster-server-<os>-<arch>,
 	// for installing more servers; default the running executable.
 	ServerBinary string
@@ -127,6 +133,7 @@ func VersionedAgentPath(version, goos, goarch string) string {
 // AgentBinary is the muster-agent the server hands out (install.sh, the
 // process driver): the one given, else the one beside the server's own
 // executable.
+// Beside it, a release directory names it muster-agent-<os>-<arch>.
 func AgentBinary(given string) string {
 	if given != "" {
 		return given
@@ -135,12 +142,34 @@ func AgentBinary(given string) string {
 	if err != nil {
 		return "muster-agent"
 	}
-	return filepath.Join(filepath.Dir(self), "muster-agent")
+	plain := filepath.Join(filepath.Dir(self), "muster-agent")
+	if _, err := os.Stat(plain); err != nil {
+		if released := filepath.Join(filepath.Dir(self), AgentAsset(runtime.GOOS, runtime.GOARCH)); isFile(released) {
+			return released
+		}
+	}
+	return plain
+}
+
+// AgentAsset is the name an agent binary for goos/goarch is published
+// under at /assets/ and built under by `make release`.
+func AgentAsset(goos, goarch string) string { return "muster-agent-" + goos + "-" + goarch }
+
+// PlatformsAsset lists, one "<os>/<arch>" a line, the platforms this
+// server has an agent for: install.sh names them when the host's is
+// missing.
+const PlatformsAsset = "muster-agent.platforms"
+
+func isFile(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 // Handlers serves /install.sh and /assets/.
 type Handlers struct {
-	assets map[string]string // asset name → file
+	assets map[string]string // asset name → file, for the server's own platform
+	// agentsDir is --agent-assets-dir: muster-agent-<os>-<arch> files.
+	agentsDir string
 	// versionsDir is --agent-binaries-dir.
 	versionsDir string
 	// anonymous and authenticated hold the downloads in progress.
@@ -172,8 +201,12 @@ func New(cfg Config) *Handlers {
 	}
 	cfg.AgentBinary = AgentBinary(cfg.AgentBinary)
 	platform := runtime.GOOS + "-" + runtime.GOARCH
+	if cfg.AgentAssetsDir == "" && self != "" {
+		cfg.AgentAssetsDir = filepath.Dir(self)
+	}
 	h := &Handlers{
 		assets:        map[string]string{"muster-agent-" + platform: cfg.AgentBinary, "muster-server-" + platform: cfg.ServerBinary},
+		agentsDir:     cfg.AgentAssetsDir,
 		anonymous:     ratelimit.NewSlots(AnonymousPerAddress, AnonymousTotal),
 		authenticated: ratelimit.NewSlots(AuthenticatedPerUser, AuthenticatedTotal),
 		pace:          pace{minRate: MinDownloadRate, grace: DownloadGrace, stall: DownloadStall},
@@ -187,9 +220,10 @@ func New(cfg Config) *Handlers {
 		h.versionsDir = cfg.AgentBinariesDir
 		go h.hashVersions()
 	}
-	if fi, err := os.Stat(cfg.AgentBinary); err != nil || !fi.Mode().IsRegular() {
-		klog.InfoS("No agent binary to serve at /assets/: install.sh cannot install agents until one is given with --agent-binary", "path", cfg.AgentBinary)
+	if !isFile(cfg.AgentBinary) {
+		klog.InfoS("No agent binary for this server's own platform to serve at /assets/: install.sh cannot install agents on "+runtime.GOOS+"/"+runtime.GOARCH+" until one is given with --agent-binary", "path", cfg.AgentBinary)
 	}
+	klog.InfoS("Agent binaries served at /assets/ for install.sh", "platforms", strings.Join(h.Platforms(), ","), "agentAssetsDir", h.agentsDir)
 	return h
 }
 
@@ -243,10 +277,27 @@ func (h *Handlers) asset(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, fmt.Sprintf("this server has no muster-agent %s for %s/%s: its operator puts that build in --agent-binaries-dir (the server's log names the file it looked for), or ask for a version it has", version, goos, goarch), http.StatusNotFound)
 			return
 		}
+	} else if name == PlatformsAsset && !wantSum {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		for _, p := range h.Platforms() {
+			fmt.Fprintln(w, p)
+		}
+		return
+	} else if goos, goarch, ok := platformOf(name); ok {
+		path = h.agentPath(goos, goarch)
+		key = name
+		if path == "" {
+			have := h.Platforms()
+			if len(have) == 0 {
+				have = []string{"none"}
+			}
+			http.Error(w, fmt.Sprintf("this server has no muster-agent for %s/%s; it has agents for: %s. Its operator puts %s (make release builds it) in --agent-assets-dir (default: beside muster-server)",
+				goos, goarch, strings.Join(have, ", "), AgentAsset(goos, goarch)), http.StatusNotFound)
+			return
+		}
 	} else {
-		var ok bool
 		if path, ok = h.assets[name]; !ok {
-			http.Error(w, fmt.Sprintf("this server has no asset %q; it serves %s and %s<version>/muster-agent-<os>-<arch>", name, strings.Join(h.names(), ", "), VersionedPrefix), http.StatusNotFound)
+			http.Error(w, fmt.Sprintf("this server has no asset %q; it serves %s, %s and %s<version>/muster-agent-<os>-<arch>", name, strings.Join(h.names(), ", "), PlatformsAsset, VersionedPrefix), http.StatusNotFound)
 			return
 		}
 		key = name
@@ -489,10 +540,60 @@ func (h *Handlers) hashVersions() {
 }
 
 func (h *Handlers) names() []string {
-	var n []string
+	seen := map[string]bool{}
 	for name := range h.assets {
+		seen[name] = true
+	}
+	for _, p := range h.Platforms() {
+		goos, goarch, _ := strings.Cut(p, "/")
+		seen[AgentAsset(goos, goarch)] = true
+	}
+	var n []string
+	for name := range seen {
 		n = append(n, name, name+".sha256")
 	}
 	sort.Strings(n)
 	return n
+}
+
+// agentPath is the file served as muster-agent-<goos>-<goarch>, "" if
+// there is none: --agent-binary for the server's own platform, else the
+// file of that name in --agent-assets-dir.
+func (h *Handlers) agentPath(goos, goarch string) string {
+	name := AgentAsset(goos, goarch)
+	if own, ok := h.assets[name]; ok && isFile(own) {
+		return own
+	}
+	if h.agentsDir != "" {
+		if p := filepath.Join(h.agentsDir, name); isFile(p) {
+			return p
+		}
+	}
+	return ""
+}
+
+// Platforms lists the "<os>/<arch>" this server has an agent binary for,
+// sorted: its own (--agent-binary) and those in --agent-assets-dir. The
+// directory is read on each call, so that an agent added while the server
+// runs is served.
+func (h *Handlers) Platforms() []string {
+	seen := map[string]bool{}
+	own := AgentAsset(runtime.GOOS, runtime.GOARCH)
+	if p, ok := h.assets[own]; ok && isFile(p) {
+		seen[runtime.GOOS+"/"+runtime.GOARCH] = true
+	}
+	if h.agentsDir != "" {
+		entries, _ := os.ReadDir(h.agentsDir)
+		for _, e := range entries {
+			if goos, goarch, ok := platformOf(e.Name()); ok && isFile(filepath.Join(h.agentsDir, e.Name())) {
+				seen[goos+"/"+goarch] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for p := range seen {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -137,13 +137,19 @@ binary=$bin_dir/$name
 uninstall=$bin_dir/$name-uninstall.sh
 
 # --- platform --------------------------------------------------------------
+# The agent binary is named for Go's GOOS and GOARCH; arm is the ARMv7 build
+# (GOARM=7, hard float), which also runs on a 32-bit userland of a 64-bit
+# ARM kernel (armv8l). The agent is static (no cgo): libc does not matter.
 os=$(uname -s | tr '[:upper:]' '[:lower:]')
-case $(uname -m) in
+machine=$(uname -m)
+case "$machine" in
 	x86_64 | amd64) arch=amd64 ;;
 	aarch64 | arm64) arch=arm64 ;;
-	armv7l | armv7*) arch=arm ;;
-	*) fatal "unsupported machine $(uname -m)" ;;
+	armv7* | armv8l | armhf) arch=arm ;;
+	armv5* | armv6*) fatal "this host is $machine: muster's 32-bit ARM agent is built for ARMv7 (GOARM=7) and does not run on $machine; nothing was installed" ;;
+	*) fatal "this host is $machine, which muster-agent is not built for (it is for x86_64, aarch64 and armv7l); nothing was installed" ;;
 esac
+if [ "$cmd" = agent ] && [ "${INSTALL_MUSTER_SKIP_DOWNLOAD:-}" != true ]; then info "this host is $os/$machine: it runs muster-agent-$os-$arch"; fi
 
 init=${INSTALL_MUSTER_INIT:-}
 if [ -z "$init" ]; then
@@ -211,7 +217,15 @@ fetch_binary() {
 	info "the CA of $url matches the token's hash"
 
 	asset=$name-$os-$arch
-	download "$url/assets/$asset.sha256" "$tmp/sha" "$tmp/ca.crt" || fatal "cannot read $url/assets/$asset.sha256 (does the server serve $asset?)"
+	if ! download "$url/assets/$asset.sha256" "$tmp/sha" "$tmp/ca.crt"; then
+		# Which agents does the server have? It lists them, one os/arch a line.
+		if download "$url/assets/muster-agent.platforms" "$tmp/platforms" "$tmp/ca.crt" 2>/dev/null; then
+			have=$(tr '\n' ' ' <"$tmp/platforms")
+			have=${have% }
+			fatal "$url has no $asset for this $machine host; it has agents for: ${have:-none}. Its operator puts $asset (built by make release) in muster-server's --agent-assets-dir (default: beside muster-server); nothing was installed"
+		fi
+		fatal "cannot read $url/assets/$asset.sha256 (does the server serve $asset?); nothing was installed"
+	fi
 	want=$(cut -d' ' -f1 <"$tmp/sha")
 	download "$url/assets/$asset" "$tmp/$name" "$tmp/ca.crt" || fatal "cannot download $url/assets/$asset"
 	got=$(sha256 "$tmp/$name")

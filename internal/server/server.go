@@ -102,6 +102,9 @@ type Config struct {
 	// WithAgent also runs the agent of this server's own host.
 	AgentBinary string
 	WithAgent   bool
+	// AgentAssetsDir holds muster-agent-<os>-<arch> files for other
+	// architectures, served at /assets/ (empty: beside this executable).
+	AgentAssetsDir string
 	// HostAgent is what the host's agent (WithAgent) lets operators do on
 	// this host; nothing beyond reporting in unless an admin says so.
 	HostAgent HostAgentAbilities
@@ -332,7 +335,7 @@ func run(ctx context.Context, cfg Config) error {
 	defer consoleClient.Close()
 	webConsole := console.OnDatastore(consoleClient)
 	webConsole.OIDC = consoleOIDC
-	public := install.New(install.Config{AgentBinary: cfg.AgentBinary, AgentBinariesDir: cfg.AgentBinariesDir, Caller: apiserver.CallerName}).Paths()
+	public := install.New(install.Config{AgentBinary: cfg.AgentBinary, AgentAssetsDir: cfg.AgentAssetsDir, AgentBinariesDir: cfg.AgentBinariesDir, Caller: apiserver.CallerName}).Paths()
 	public[console.Prefix] = webConsole
 
 	recorder := events.NewRecorder(self)

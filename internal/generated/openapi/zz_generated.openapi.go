@@ -31,6 +31,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.AccessBindingStatus{}.OpenAPIModelName():            schema_pkg_apis_muster_v1alpha1_AccessBindingStatus(ref),
 		v1alpha1.AccessScope{}.OpenAPIModelName():                    schema_pkg_apis_muster_v1alpha1_AccessScope(ref),
 		v1alpha1.AccessSubject{}.OpenAPIModelName():                  schema_pkg_apis_muster_v1alpha1_AccessSubject(ref),
+		v1alpha1.AgentPlatformBinary{}.OpenAPIModelName():            schema_pkg_apis_muster_v1alpha1_AgentPlatformBinary(ref),
 		v1alpha1.AgentUpgrade{}.OpenAPIModelName():                   schema_pkg_apis_muster_v1alpha1_AgentUpgrade(ref),
 		v1alpha1.Cluster{}.OpenAPIModelName():                        schema_pkg_apis_muster_v1alpha1_Cluster(ref),
 		v1alpha1.ClusterAPICredential{}.OpenAPIModelName():           schema_pkg_apis_muster_v1alpha1_ClusterAPICredential(ref),
@@ -636,6 +637,36 @@ func schema_pkg_apis_muster_v1alpha1_AccessSubject(ref common.ReferenceCallback)
 	}
 }
 
+func schema_pkg_apis_muster_v1alpha1_AgentPlatformBinary(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AgentPlatformBinary is the SHA-256 of the agent binary of one platform.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"platform": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Platform is <os>/<arch> as Go names them: linux/amd64, linux/arm64, linux/arm (the ARMv7 build). It is the binary /assets/agent/<version>/muster-agent-<os>-<arch>.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"sha256": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Sha256 is that binary's hex SHA-256 (64 digits).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"platform", "sha256"},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_muster_v1alpha1_AgentUpgrade(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -653,10 +684,30 @@ func schema_pkg_apis_muster_v1alpha1_AgentUpgrade(ref common.ReferenceCallback) 
 					},
 					"sha256": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Sha256 is the hex SHA-256 (64 digits) of the binary for the machine's platform; the agent refuses a download with any other sum.",
-							Default:     "",
+							Description: "Sha256 is the hex SHA-256 (64 digits) of the binary for the machine's platform; the agent refuses a download with any other sum. For a fleet of several architectures give Platforms instead (or as well: sha256 is then the sum of the platforms Platforms does not list).",
 							Type:        []string{"string"},
 							Format:      "",
+						},
+					},
+					"platforms": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"platform",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Platforms gives the SHA-256 of each architecture's binary: an agent installs the binary of its own platform (status.platform's <os>/<arch>) and checks it against that entry's sum. An agent whose platform is in neither Platforms nor Sha256 fails the plan and replaces nothing.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.AgentPlatformBinary{}.OpenAPIModelName()),
+									},
+								},
+							},
 						},
 					},
 					"timeoutSeconds": {
@@ -667,9 +718,11 @@ func schema_pkg_apis_muster_v1alpha1_AgentUpgrade(ref common.ReferenceCallback) 
 						},
 					},
 				},
-				Required: []string{"version", "sha256"},
+				Required: []string{"version"},
 			},
 		},
+		Dependencies: []string{
+			v1alpha1.AgentPlatformBinary{}.OpenAPIModelName()},
 	}
 }
 
@@ -2993,6 +3046,13 @@ func schema_pkg_apis_muster_v1alpha1_MachineStatus(ref common.ReferenceCallback)
 					"agentVersion": {
 						SchemaProps: spec.SchemaProps{
 							Description: "AgentVersion is the version of the muster-agent running on the machine.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"platform": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Platform is the operating system and architecture the muster-agent was built for, as it reports them: linux/amd64, linux/arm64, or linux/arm/v7 (GOARM=7). An agentUpgrade installs the binary of the platform's <os>/<arch> (muster-agent-<os>-<arch>).",
 							Type:        []string{"string"},
 							Format:      "",
 						},

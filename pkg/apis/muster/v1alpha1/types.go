@@ -575,6 +575,12 @@ type MachineStatus struct {
 	// AgentVersion is the version of the muster-agent running on the machine.
 	// +optional
 	AgentVersion string `json:"agentVersion,omitempty"`
+	// Platform is the operating system and architecture the muster-agent
+	// was built for, as it reports them: linux/amd64, linux/arm64, or
+	// linux/arm/v7 (GOARM=7). An agentUpgrade installs the binary of the
+	// platform's <os>/<arch> (muster-agent-<os>-<arch>).
+	// +optional
+	Platform string `json:"platform,omitempty"`
 	// LastSeen is when the server last knew the agent to be connected. It is
 	// persisted coarsely (not once per heartbeat), so it may lag by the documented interval;
 	// the LAST-SEEN column of `kubectl get machines` shows the servers' current knowledge.
@@ -706,12 +712,44 @@ type AgentUpgrade struct {
 	// at most 64 characters. An agent already at this version does nothing.
 	Version string `json:"version"`
 	// Sha256 is the hex SHA-256 (64 digits) of the binary for the machine's
-	// platform; the agent refuses a download with any other sum.
-	Sha256 string `json:"sha256"`
+	// platform; the agent refuses a download with any other sum. For a fleet
+	// of several architectures give Platforms instead (or as well: sha256 is
+	// then the sum of the platforms Platforms does not list).
+	// +optional
+	Sha256 string `json:"sha256,omitempty"`
+	// Platforms gives the SHA-256 of each architecture's binary: an agent
+	// installs the binary of its own platform (status.platform's <os>/<arch>)
+	// and checks it against that entry's sum. An agent whose platform is in
+	// neither Platforms nor Sha256 fails the plan and replaces nothing.
+	// +optional
+	// +listType=map
+	// +listMapKey=platform
+	Platforms []AgentPlatformBinary `json:"platforms,omitempty"`
 	// TimeoutSeconds bounds how long the new agent has to check in before it
 	// puts the previous one back; 0 means the default of 120.
 	// +optional
 	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+}
+
+// AgentPlatformBinary is the SHA-256 of the agent binary of one platform.
+type AgentPlatformBinary struct {
+	// Platform is <os>/<arch> as Go names them: linux/amd64, linux/arm64,
+	// linux/arm (the ARMv7 build). It is the binary
+	// /assets/agent/<version>/muster-agent-<os>-<arch>.
+	Platform string `json:"platform"`
+	// Sha256 is that binary's hex SHA-256 (64 digits).
+	Sha256 string `json:"sha256"`
+}
+
+// SHA256For is the SHA-256 the plan gives for the binary of goos/goarch,
+// "" if it gives none.
+func (u *AgentUpgrade) SHA256For(goos, goarch string) string {
+	for _, p := range u.Platforms {
+		if p.Platform == goos+"/"+goarch {
+			return p.Sha256
+		}
+	}
+	return u.Sha256
 }
 
 // ChangesMachine reports whether applying the plan writes files or runs

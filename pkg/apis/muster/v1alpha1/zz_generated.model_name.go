@@ -42,6 +42,11 @@ func (in AccessSubject) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in AgentPlatformBinary) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.AgentPlatformBinary"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in AgentUpgrade) OpenAPIModelName() string {
 	return "io.muster.v1alpha1.AgentUpgrade"
 }

@@ -25,6 +25,14 @@ func TestValidateAgentUpgrade(t *testing.T) {
 		// The .sha256 asset pasted whole: the error says what to keep.
 		{"sha256sum line", api.AgentUpgrade{Version: "v2", Sha256: sum + "  muster-agent-linux-amd64"}, "give only its first field"},
 		{"negative timeout", api.AgentUpgrade{Version: "v2", Sha256: sum, TimeoutSeconds: -1}, "spec.agentUpgrade.timeoutSeconds"},
+		// A fleet of several architectures: one sum per platform.
+		{"platforms", api.AgentUpgrade{Version: "v2", Platforms: []api.AgentPlatformBinary{{Platform: "linux/arm64", Sha256: sum}, {Platform: "linux/arm", Sha256: sum}}}, ""},
+		{"platforms and default", api.AgentUpgrade{Version: "v2", Sha256: sum, Platforms: []api.AgentPlatformBinary{{Platform: "linux/arm64", Sha256: sum}}}, ""},
+		{"platform with variant", api.AgentUpgrade{Version: "v2", Platforms: []api.AgentPlatformBinary{{Platform: "linux/arm/v7", Sha256: sum}}}, "spec.agentUpgrade.platforms[0].platform: Invalid"},
+		{"platform as asset name", api.AgentUpgrade{Version: "v2", Platforms: []api.AgentPlatformBinary{{Platform: "linux-arm64", Sha256: sum}}}, "must be <os>/<arch>"},
+		{"duplicate platform", api.AgentUpgrade{Version: "v2", Platforms: []api.AgentPlatformBinary{{Platform: "linux/arm", Sha256: sum}, {Platform: "linux/arm", Sha256: sum}}}, "spec.agentUpgrade.platforms[1].platform: Duplicate"},
+		{"platform without sha", api.AgentUpgrade{Version: "v2", Platforms: []api.AgentPlatformBinary{{Platform: "linux/arm"}}}, "spec.agentUpgrade.platforms[0].sha256: Required"},
+		{"platform sha256sum line", api.AgentUpgrade{Version: "v2", Platforms: []api.AgentPlatformBinary{{Platform: "linux/arm", Sha256: sum + "  muster-agent-linux-arm"}}}, "give only its first field"},
 	} {
 		u := tc.u
 		errs := ValidateMachinePlan(&api.MachinePlan{Spec: api.MachinePlanSpec{AgentUpgrade: &u}})

@@ -204,18 +204,46 @@ func validateAgentUpgrade(u *api.AgentUpgrade, fld *field.Path) field.ErrorList 
 		errs = append(errs, field.Invalid(fld.Child("version"), u.Version,
 			"must be 1-64 letters, digits, '.', '_', '+' or '-', starting with a letter or digit"))
 	}
-	switch {
-	case u.Sha256 == "":
-		errs = append(errs, field.Required(fld.Child("sha256"), "the binary's SHA-256 in hex: "+sha256Hint))
-	case sha256sumLine.MatchString(u.Sha256):
-		// The server publishes <binary>.sha256 as sha256sum does; pasted
-		// whole, it carries the file name.
-		errs = append(errs, field.Invalid(fld.Child("sha256"), u.Sha256,
-			"is a .sha256 file's whole line (<hash>  <name>): give only its first field, the 64 hex digits: "+sha256Hint))
-	case !hexSHA256.MatchString(u.Sha256):
-		errs = append(errs, field.Invalid(fld.Child("sha256"), u.Sha256, "must be a SHA-256 as 64 hex digits"))
+	if u.Sha256 == "" && len(u.Platforms) == 0 {
+		errs = append(errs, field.Required(fld.Child("sha256"), "the binary's SHA-256 in hex: "+sha256Hint+
+			" (for a fleet of several architectures, give platforms: [{platform: linux/arm64, sha256: ...}, ...] instead)"))
+	} else if u.Sha256 != "" {
+		errs = append(errs, validateSHA256(u.Sha256, fld.Child("sha256"))...)
+	}
+	seen := map[string]bool{}
+	for i, p := range u.Platforms {
+		pf := fld.Child("platforms").Index(i)
+		switch {
+		case !agentPlatform.MatchString(p.Platform):
+			errs = append(errs, field.Invalid(pf.Child("platform"), p.Platform,
+				"must be <os>/<arch> as Go names them, e.g. linux/amd64, linux/arm64 or linux/arm (the ARMv7 build): the binary muster-agent-<os>-<arch>"))
+		case seen[p.Platform]:
+			errs = append(errs, field.Duplicate(pf.Child("platform"), p.Platform))
+		}
+		seen[p.Platform] = true
+		if p.Sha256 == "" {
+			errs = append(errs, field.Required(pf.Child("sha256"), "the SHA-256 of that platform's binary: "+sha256Hint))
+		} else {
+			errs = append(errs, validateSHA256(p.Sha256, pf.Child("sha256"))...)
+		}
 	}
 	return append(errs, validateTimeout(u.TimeoutSeconds, fld.Child("timeoutSeconds"))...)
+}
+
+// agentPlatform is <os>/<arch>, each a lower-case word as Go names them.
+var agentPlatform = regexp.MustCompile(`^[a-z0-9]{1,16}/[a-z0-9]{1,16}$`)
+
+func validateSHA256(sum string, fld *field.Path) field.ErrorList {
+	switch {
+	case sha256sumLine.MatchString(sum):
+		// The server publishes <binary>.sha256 as sha256sum does; pasted
+		// whole, it carries the file name.
+		return field.ErrorList{field.Invalid(fld, sum,
+			"is a .sha256 file's whole line (<hash>  <name>): give only its first field, the 64 hex digits: "+sha256Hint)}
+	case !hexSHA256.MatchString(sum):
+		return field.ErrorList{field.Invalid(fld, sum, "must be a SHA-256 as 64 hex digits")}
+	}
+	return nil
 }
 
 // validatePlanPath accepts an absolute, clean path to a file the agent can
