@@ -204,11 +204,14 @@ func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration, csr *
 	if err != nil {
 		return nil, err
 	}
-	password, err := g.checkPassword(ctx, reg, plaintext, fresh)
-	if err != nil {
-		return nil, err
+	password, m, rejoined, err := g.checkNode(ctx, reg, tok, plaintext, fresh)
+	if refusal := (*Refusal)(nil); errors.As(err, &refusal) && !fresh {
+		// A refusal is judged on stored objects: the caches may lag a
+		// concurrent grant of the same agent that has just made the
+		// node's password, Machine and plan (which the staged-plan check
+		// reads from the datastore).
+		password, m, rejoined, err = g.checkNode(ctx, reg, tok, plaintext, true)
 	}
-	m, rejoined, err := g.checkMachine(ctx, reg, tok, password, fresh)
 	if err != nil {
 		return nil, err
 	}
@@ -368,6 +371,17 @@ func (g *Granter) lostGrant(ctx context.Context, reg *api.ClusterRegistration, t
 func usedUp(tok *api.ClusterRegistrationToken) *Refusal {
 	return refuse(http.StatusForbidden, "TokenUsedUp",
 		"join token %s has been used for all of its %d registrations: create a new one with 'muster-server token create'", tok.Name, tok.Spec.MaxUses)
+}
+
+// checkNode checks the node's password and decides its Machine, from the
+// caches or, when fresh, from the datastore.
+func (g *Granter) checkNode(ctx context.Context, reg *api.ClusterRegistration, tok *api.ClusterRegistrationToken, plaintext string, fresh bool) (*api.NodePassword, *api.Machine, string, error) {
+	password, err := g.checkPassword(ctx, reg, plaintext, fresh)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	m, rejoined, err := g.checkMachine(ctx, reg, tok, password, fresh)
+	return password, m, rejoined, err
 }
 
 // checkPassword compares the request's password, as the create recorded it,
