@@ -66,6 +66,14 @@ func waitForEvent(t *testing.T, s *server, what string, match func(row string) b
 
 func waitPhase(t *testing.T, s *server, machine, phase string, timeout time.Duration) {
 	t.Helper()
+	// kubectl wait gives up at once on a Machine that does not exist yet:
+	// an agent started a moment ago may not have registered.
+	start := time.Now()
+	waitFor(t, timeout, "machine "+machine+" to exist", func() bool {
+		_, err := s.kubectl("get", "machine", machine, "-o", "name")
+		return err == nil
+	})
+	timeout = max(timeout-time.Since(start), time.Second)
 	out, err := s.kubectl("wait", "machine/"+machine, "--for=jsonpath={.status.phase}="+phase, fmt.Sprintf("--timeout=%ds", int(timeout.Seconds())))
 	if err != nil {
 		got := s.mustKubectl("get", "machine", machine, "-o", "jsonpath={.status.phase} {.status.transitions[*].event}")
