@@ -27,6 +27,7 @@ import (
 	"github.com/muster-io/muster/internal/liveness"
 	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/internal/pki"
+	"github.com/muster-io/muster/internal/planner"
 	"github.com/muster-io/muster/internal/planset"
 	"github.com/muster-io/muster/internal/pool"
 	"github.com/muster-io/muster/internal/registry"
@@ -152,6 +153,7 @@ func (c *controllers) lead(term context.Context) {
 	machines := lifecycle.NewController(c.client, c.objects, factory, c.liveness, c.returns, c.cfg.AgentSilenceThreshold, c.events)
 	pools := pool.NewController(c.client, factory, c.drivers, c.events, "https://"+c.address)
 	planSets := planset.NewController(c.client, factory)
+	kubernetes := planner.NewController(c.client, factory, planner.Binaries{Dir: c.cfg.KubernetesBinDir})
 	endpoints := factory.Muster().V1alpha1().ServerEndpoints()
 	// Start what the controllers added; it runs until the server stops.
 	factory.Start(c.stop)
@@ -164,6 +166,7 @@ func (c *controllers) lead(term context.Context) {
 	go housekeeper.Run(term)
 	go pools.Run(term)
 	go planSets.Run(term)
+	go kubernetes.Run(term)
 	machines.Run(term, controllerWorkers)
 }
 

@@ -1,0 +1,109 @@
+package planner
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
+
+// n builds a machine for the tables: name, roles ("etcd,controlplane"),
+// and the stage its plan is applied and healthy at ("" for none).
+func n(name, roles, healthyAt string) node {
+	r := map[string]bool{}
+	for _, x := range strings.Split(roles, ",") {
+		if x != "" {
+			r[x] = true
+		}
+	}
+	return node{name: name, roles: r, address: "10.0.0." + name[len(name)-1:], planned: healthyAt != "", healthyStage: healthyAt}
+}
+
+// TestOrder: the planner's order, pass by pass: the first etcd member
+// bootstraps alone; the next joins only once every member is healthy, one
+// at a time; kube-apiserver starts on one control-plane machine at a time
+// once etcd is whole; workers get plans only once the control plane is up.
+func TestOrder(t *testing.T) {
+	const ecp = "etcd,controlplane"
+	for _, tc := range []struct {
+		name       string
+		nodes      []node
+		members    []string
+		wantStages map[string]string // machine -> stage key
+		wantPhase  string
+		wantWait   string
+		wantInMsg  string
+	}{
+		{"nothing planned: the first etcd machine by name bootstraps, alone",
+			[]node{n("m2", ecp, ""), n("m1", ecp, ""), n("m3", ecp, ""), n("w1", "worker", "")}, nil,
+			map[string]string{"m1": "etcd0"}, api.KubernetesPhaseBootstrappingEtcd, "m1", "etcd /health"},
+		{"the first member not healthy yet: nobody else is planned",
+			[]node{n("m1", ecp, ""), n("m2", ecp, ""), n("m3", ecp, "")}, []string{"m1"},
+			map[string]string{"m1": "etcd0"}, api.KubernetesPhaseBootstrappingEtcd, "m1", ""},
+		{"the first member healthy: the second joins, the third waits",
+			[]node{n("m1", ecp, "etcd0"), n("m2", ecp, ""), n("m3", ecp, "")}, []string{"m1"},
+			map[string]string{"m1": "etcd0", "m2": "etcd1"}, api.KubernetesPhaseJoiningEtcd, "m2", ""},
+		{"a member healthy at an older stage is not healthy now",
+			[]node{n("m1", ecp, "etcd0"), n("m2", ecp, "etcd0"), n("m3", ecp, "")}, []string{"m1", "m2"},
+			map[string]string{"m1": "etcd0", "m2": "etcd1"}, api.KubernetesPhaseJoiningEtcd, "m2", ""},
+		{"etcd whole: kube-apiserver starts on the first control-plane machine only",
+			[]node{n("m1", ecp, "etcd0"), n("m2", ecp, "etcd1"), n("m3", ecp, "etcd2"), n("w1", "worker", "")}, []string{"m1", "m2", "m3"},
+			map[string]string{"m1": "etcd0-apiserver", "m2": "etcd1", "m3": "etcd2"}, api.KubernetesPhaseStartingControlPlane, "m1", "/readyz"},
+		{"the first kube-apiserver ready: the second starts",
+			[]node{n("m1", ecp, "etcd0-apiserver"), n("m2", ecp, "etcd1"), n("m3", ecp, "etcd2")}, []string{"m1", "m2", "m3"},
+			map[string]string{"m1": "etcd0-apiserver", "m2": "etcd1-apiserver", "m3": "etcd2"}, api.KubernetesPhaseStartingControlPlane, "m2", ""},
+		{"the control plane up: every worker gets its plan at once",
+			[]node{n("m1", ecp, "etcd0-apiserver"), n("w1", "worker", ""), n("w2", "worker", "")}, []string{"m1"},
+			map[string]string{"m1": "etcd0-apiserver", "w1": "worker", "w2": "worker"}, api.KubernetesPhaseJoiningWorkers, "w1", "kubelet credentials"},
+		{"separate roles: etcd-only members, then a control-plane-only machine",
+			[]node{n("e1", "etcd", "etcd0"), n("c1", "controlplane", "")}, []string{"e1"},
+			map[string]string{"e1": "etcd0", "c1": "apiserver"}, api.KubernetesPhaseStartingControlPlane, "c1", ""},
+		{"all healthy: Ready",
+			[]node{n("m1", ecp, "etcd0-apiserver"), n("w1", "worker", "worker")}, []string{"m1"},
+			map[string]string{"m1": "etcd0-apiserver", "w1": "worker"}, api.KubernetesPhaseReady, "", "1 etcd members, 1 control-plane machines, 1 workers"},
+		{"a joining etcd machine without an address yet: waited on, not planned",
+			[]node{n("m1", ecp, "etcd0"), {name: "m2", roles: map[string]bool{"etcd": true}}}, []string{"m1"},
+			map[string]string{"m1": "etcd0"}, api.KubernetesPhaseJoiningEtcd, "m2", "has not reported an address"},
+		{"a machine with a plan the planner did not write: waited on, never planned",
+			[]node{n("m1", ecp, "etcd0"), {name: "m2", roles: map[string]bool{"etcd": true}, address: "10.0.0.2", foreign: true}}, []string{"m1"},
+			map[string]string{"m1": "etcd0"}, api.KubernetesPhaseJoiningEtcd, "m2", "did not write"},
+		{"no etcd machine: Invalid, nothing planned",
+			[]node{n("c1", "controlplane", ""), n("w1", "worker", "")}, nil,
+			map[string]string{}, api.KubernetesPhaseInvalid, "", "no machine with role etcd"},
+		{"no control-plane machine: Invalid, nothing planned",
+			[]node{n("e1", "etcd", "")}, nil,
+			map[string]string{}, api.KubernetesPhaseInvalid, "", "no machine with role controlplane"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := order(tc.nodes, tc.members, nil)
+			got := map[string]string{}
+			for m, s := range d.stages {
+				got[m] = s.key()
+			}
+			if !reflect.DeepEqual(got, tc.wantStages) {
+				t.Errorf("stages %v; want %v", got, tc.wantStages)
+			}
+			if d.phase != tc.wantPhase || d.waitingFor != tc.wantWait {
+				t.Errorf("phase %s waiting for %q; want %s waiting for %q (%s)", d.phase, d.waitingFor, tc.wantPhase, tc.wantWait, d.message)
+			}
+			if !strings.Contains(d.message, tc.wantInMsg) {
+				t.Errorf("message %q does not say %q", d.message, tc.wantInMsg)
+			}
+		})
+	}
+}
+
+// TestOrderWarnings: an even etcd count is warned of, and the planner goes
+// on; a cluster without roles names the machines of other clusters that
+// have them, which do not count.
+func TestOrderWarnings(t *testing.T) {
+	d := order([]node{n("m1", "etcd,controlplane", ""), n("m2", "etcd", "")}, nil, nil)
+	if len(d.warnings) != 1 || !strings.Contains(d.warnings[0], "2 etcd machines: an even count") || d.phase != api.KubernetesPhaseBootstrappingEtcd {
+		t.Errorf("two etcd machines: warnings %q, phase %s; want the even count warned of and etcd bootstrapping", d.warnings, d.phase)
+	}
+	d = order([]node{n("w1", "worker", "")}, nil, []string{"x1 (role etcd, cluster other)"})
+	if d.phase != api.KubernetesPhaseInvalid || !strings.Contains(d.invalid, "machines of other clusters do not count: x1 (role etcd, cluster other)") {
+		t.Errorf("a role on another cluster's machine: %s %q", d.phase, d.invalid)
+	}
+}
