@@ -116,6 +116,17 @@ func internalIP(m *api.Machine) string {
 	return ""
 }
 
+// someoneElses reports whether a plan the planner did not write is
+// someone else's: a plan set's, or one with content. The empty plan every
+// machine is given when it joins is nobody's, and the planner takes it.
+func someoneElses(p *api.MachinePlan) bool {
+	if p.Labels[PlannerLabel] != "" {
+		return false
+	}
+	s := p.Spec
+	return p.Labels[api.PlanSetLabel] != "" || len(s.Files) > 0 || len(s.Instructions) > 0 || len(s.Probes) > 0 || s.AgentUpgrade != nil
+}
+
 // probesHealthy: every probe of the plan's spec reports healthy.
 func probesHealthy(p *api.MachinePlan) bool {
 	healthy := map[string]bool{}
@@ -156,10 +167,14 @@ func (c *Controller) reconcile(ctx context.Context, cl *api.Cluster, machines []
 			if p.Labels[PlannerLabel] == cl.Name {
 				n.planned = true
 				n.failed = p.FailedForGood()
+				n.plannedStage = p.Labels[StageLabel]
 				if p.Applied() && probesHealthy(p) {
 					n.healthyStage = p.Labels[StageLabel]
 				}
-			} else if n.roles[api.EtcdRole] || n.roles[api.ControlPlaneRole] || n.roles[api.WorkerRole] {
+				for _, ps := range p.Status.Probes {
+					n.etcdHealthy = n.etcdHealthy || (ps.Name == "etcd" && ps.Healthy)
+				}
+			} else if someoneElses(p) && (n.roles[api.EtcdRole] || n.roles[api.ControlPlaneRole] || n.roles[api.WorkerRole]) {
 				n.foreign = true
 			}
 		}
@@ -245,8 +260,8 @@ func (c *Controller) writePlans(ctx context.Context, cl *api.Cluster, d decision
 			for _, f := range old.Spec.Files {
 				existing[path.Base(f.Path)] = f.Content
 			}
-		} else if old != nil {
-			continue // someone else's plan: order() waits on it
+		} else if old != nil && someoneElses(old) {
+			continue // order() waits on it
 		}
 		in := renderInput{cluster: cl.Name, spec: *cl.Spec.Kubernetes, machine: name, address: internalIP(byName[name]),
 			stage: s, allMembers: members, apiServer: apiServer, pki: k, bin: c.bin, existing: existing}
@@ -286,12 +301,15 @@ func (c *Controller) writePlan(ctx context.Context, cluster, name, stageKey stri
 		}
 		return err
 	}
-	if equality.Semantic.DeepEqual(old.Spec, spec) && old.Labels[StageLabel] == stageKey {
+	if equality.Semantic.DeepEqual(old.Spec, spec) && old.Labels[StageLabel] == stageKey && old.Labels[PlannerLabel] == cluster {
 		return nil
 	}
 	p := old.DeepCopy()
 	p.Spec = spec
-	p.Labels[StageLabel] = stageKey
+	if p.Labels == nil {
+		p.Labels = map[string]string{}
+	}
+	p.Labels[PlannerLabel], p.Labels[StageLabel] = cluster, stageKey
 	_, err := plans.Update(ctx, p, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return nil

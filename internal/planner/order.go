@@ -31,6 +31,10 @@ type node struct {
 	// probe healthy, else ""; failed: it failed for good.
 	planned, failed bool
 	healthyStage    string
+	// plannedStage is the stage of the plan the machine has now, applied
+	// or not; etcdHealthy is its etcd probe's latest verdict.
+	plannedStage string
+	etcdHealthy  bool
 	// foreign: the machine has a plan the planner did not write, which
 	// it leaves alone.
 	foreign bool
@@ -101,6 +105,36 @@ const (
 // machines with a role that belong to another cluster, for the message
 // when this one has none.
 func order(nodes []node, members []string, elsewhere []string) decision {
+	d := decide(nodes, members, elsewhere)
+	if d.invalid != "" {
+		return d
+	}
+	// A machine's plan never loses a part on a later pass: a gate that
+	// closes again (a member's probe flickers while its plan gains
+	// kube-apiserver) holds the tiers after it, and must not rewrite the
+	// plans they already have, which would restart what they run.
+	for _, n := range nodes {
+		s, ok := d.stages[n.name]
+		if !ok {
+			s = stage{etcdMember: -1}
+		}
+		grown := s
+		for _, part := range strings.Split(n.plannedStage, "-") {
+			switch {
+			case part == "apiserver" && n.roles[api.ControlPlaneRole]:
+				grown.apiServer = true
+			case part == "worker" && n.roles[api.WorkerRole]:
+				grown.worker = true
+			}
+		}
+		if grown != s || (ok && grown.key() != "") {
+			d.stages[n.name] = grown
+		}
+	}
+	return d
+}
+
+func decide(nodes []node, members []string, elsewhere []string) decision {
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].name < nodes[j].name })
 	byName := map[string]*node{}
 	var etcd, cps, workers []*node
@@ -179,7 +213,10 @@ func order(nodes []node, members []string, elsewhere []string) decision {
 	healthy := func(n *node) bool { return covers(n.healthyStage, d.stages[n.name].key()) }
 	for i, m := range d.members {
 		n := byName[m]
-		if !covers(n.healthyStage, stage{etcdMember: i}.key()) {
+		// Healthy: applied with its etcd part and every probe healthy,
+		// or its plan gained a later part and etcd's probe still passes.
+		part := stage{etcdMember: i}.key()
+		if !covers(n.healthyStage, part) && !(covers(n.plannedStage, part) && n.etcdHealthy) {
 			phase := api.KubernetesPhaseJoiningEtcd
 			if i == 0 {
 				phase = api.KubernetesPhaseBootstrappingEtcd
@@ -193,12 +230,12 @@ func order(nodes []node, members []string, elsewhere []string) decision {
 		if contains(d.members, n.name) {
 			continue
 		}
-		if n.address == "" || n.foreign {
-			return wait(api.KubernetesPhaseJoiningEtcd, CondEtcd, n, why(n, "etcd member"))
-		}
 		phase := api.KubernetesPhaseJoiningEtcd
 		if len(d.members) == 0 {
 			phase = api.KubernetesPhaseBootstrappingEtcd
+		}
+		if n.address == "" || n.foreign {
+			return wait(phase, CondEtcd, n, why(n, "etcd member"))
 		}
 		d.members = append(d.members, n.name)
 		d.stages[n.name] = stage{etcdMember: len(d.members) - 1}

@@ -17,7 +17,7 @@ func n(name, roles, healthyAt string) node {
 			r[x] = true
 		}
 	}
-	return node{name: name, roles: r, address: "10.0.0." + name[len(name)-1:], planned: healthyAt != "", healthyStage: healthyAt}
+	return node{name: name, roles: r, address: "10.0.0." + name[len(name)-1:], planned: healthyAt != "", healthyStage: healthyAt, plannedStage: healthyAt}
 }
 
 // TestOrder: the planner's order, pass by pass: the first etcd member
@@ -59,6 +59,12 @@ func TestOrder(t *testing.T) {
 		{"separate roles: etcd-only members, then a control-plane-only machine",
 			[]node{n("e1", "etcd", "etcd0"), n("c1", "controlplane", "")}, []string{"e1"},
 			map[string]string{"e1": "etcd0", "c1": "apiserver"}, api.KubernetesPhaseStartingControlPlane, "c1", ""},
+		{"a plan that gained kube-apiserver, being applied, etcd's probe passing: the etcd gate holds",
+			[]node{{name: "m1", roles: map[string]bool{"etcd": true, "controlplane": true}, address: "10.0.0.1", planned: true, plannedStage: "etcd0-apiserver", etcdHealthy: true}}, []string{"m1"},
+			map[string]string{"m1": "etcd0-apiserver"}, api.KubernetesPhaseStartingControlPlane, "m1", "/readyz"},
+		{"the same with etcd's probe failing: back to waiting on etcd, and the plan keeps kube-apiserver",
+			[]node{{name: "m1", roles: map[string]bool{"etcd": true, "controlplane": true}, address: "10.0.0.1", planned: true, plannedStage: "etcd0-apiserver"}}, []string{"m1"},
+			map[string]string{"m1": "etcd0-apiserver"}, api.KubernetesPhaseBootstrappingEtcd, "m1", "etcd /health"},
 		{"all healthy: Ready",
 			[]node{n("m1", ecp, "etcd0-apiserver"), n("w1", "worker", "worker")}, []string{"m1"},
 			map[string]string{"m1": "etcd0-apiserver", "w1": "worker"}, api.KubernetesPhaseReady, "", "1 etcd members, 1 control-plane machines, 1 workers"},

@@ -202,7 +202,7 @@ func render(in renderInput) (api.MachinePlanSpec, error) {
 		if in.stage.etcdMember > 0 {
 			file("etcd-join.sh", in.etcdJoinScript(), 0o700)
 			spec.Instructions = append(spec.Instructions, api.PlanInstruction{Name: "etcd-member-add", Command: "/bin/sh",
-				Args: []string{path.Join(d, "etcd-join.sh")}, TimeoutSeconds: 120})
+				Args: []string{path.Join(d, "etcd-join.sh")}, TimeoutSeconds: 150, SaveOutput: true})
 		}
 		spec.Instructions = append(spec.Instructions, api.PlanInstruction{Name: "etcd", Command: "/bin/sh",
 			Args: []string{path.Join(d, "run.sh"), "etcd"}, TimeoutSeconds: 60})
@@ -337,14 +337,19 @@ func (in renderInput) etcdJoinScript() string {
 	}
 	return fmt.Sprintf(`#!/bin/sh
 # Adds this machine (%[1]s, peer URL %[2]s) to etcd's members, through the first member that answers.
+# etcd refuses a member add until every member has been connected for a
+# few seconds (its strict reconfiguration check), so the add is retried.
 set -u
-for ep in %[3]s; do
-  c="curl -sS --fail --max-time 10 --cacert %[4]s/ca.crt --cert %[4]s/etcd.crt --key %[4]s/etcd.key"
-  list=$($c -X POST https://$ep/v3/cluster/member/list -d '{}') || continue
-  case "$list" in *'"%[2]s"'*) echo "already a member"; exit 0;; esac
-  $c -X POST https://$ep/v3/cluster/member/add -d '{"peerURLs":["%[2]s"]}' && exit 0
+c="curl -sS --fail --max-time 10 --cacert %[4]s/ca.crt --cert %[4]s/etcd.crt --key %[4]s/etcd.key"
+for i in $(seq 90); do
+  for ep in %[3]s; do
+    list=$($c -X POST https://$ep/v3/cluster/member/list -d '{}') || continue
+    case "$list" in *'"%[2]s"'*) echo "a member (through $ep)"; exit 0;; esac
+    $c -X POST https://$ep/v3/cluster/member/add -d '{"peerURLs":["%[2]s"]}' >/dev/null && { echo "added through $ep"; exit 0; }
+  done
+  sleep 1
 done
-echo "no etcd member (%[3]s) answered to add %[1]s: is the cluster's etcd healthy? see the members' MachinePlans" >&2
+echo "no etcd member (%[3]s) added %[1]s in 90 s: is the cluster's etcd healthy? see the members' MachinePlans" >&2
 exit 1
 `, in.machine, peer, strings.Join(others, " "), p)
 }
