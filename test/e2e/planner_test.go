@@ -129,12 +129,12 @@ spec:
 	// Where the planner is, as a user reads it, each change logged.
 	last := ""
 	waitFor(t, 8*time.Minute, "the cluster's Kubernetes to be Ready", func() bool {
-		out, _ := s.kubectl("get", "cluster", name, "-o", "jsonpath={.status.kubernetes.phase} {.status.kubernetes.waitingFor}")
+		out, _ := s.kubectl("get", "cluster", name, "-o", "jsonpath={.status.kubernetes.phase}: {.status.kubernetes.message}")
 		if out != last {
 			t.Logf("%6.1fs  %s", time.Since(start).Seconds(), out)
 			last = out
 		}
-		return strings.HasPrefix(out, "Ready")
+		return strings.HasPrefix(out, "Ready:")
 	})
 	ready := time.Since(start)
 	t.Logf("apply to Ready (3 etcd,controlplane + 2 workers, process driver, a network namespace each): %v", ready.Round(100*time.Millisecond))
@@ -192,6 +192,24 @@ spec:
 		t.Errorf("etcd's member list %v; want the 3 members %v", names, members)
 	}
 
+	// The cluster's secrets are in its server machines' plans, which a
+	// viewer reads redacted, and never in the server's log.
+	viewer := userKubeconfig(t, s, "vera", "muster:viewers")
+	plan, err := kubectlAs(viewer, "get", "machineplan", members[0], "-o", "json")
+	if err != nil || !strings.Contains(plan, `"content": "<redacted>"`) || strings.Contains(plan, "PRIVATE KEY") {
+		t.Errorf("a viewer's read of an etcd member's plan: %v; want its files <redacted> and no key:\n%.2000s", err, plan)
+	}
+	caKey, _ := os.ReadFile(filepath.Join(pkiDir, "ca.key"))
+	token, _ := os.ReadFile(filepath.Join(dir, members[0], "pki", "bootstrap-token"))
+	if len(caKey) == 0 || len(token) < 23 {
+		t.Fatalf("the first member has no CA key or bootstrap token on disk (%d, %d bytes)", len(caKey), len(token))
+	}
+	for what, secret := range map[string]string{"private key": "PRIVATE KEY", "bootstrap token secret": strings.TrimSpace(string(token))[7:]} {
+		if strings.Contains(s.log.String(), secret) {
+			t.Errorf("the server's log holds the cluster's %s", what)
+		}
+	}
+
 	// Through Muster: the kubeconfig the plugin prints, real kubectl.
 	kc := clusterKubeconfig(t, s.kubeconfig(), name)
 	if out, err := kubectlAs(kc, "get", "--raw", "/k8s/clusters/"+name+"/readyz?verbose"); err != nil || !strings.Contains(out, kubeAPIServerOnlyCheck) || !strings.Contains(out, "[+]etcd ok") {
@@ -226,5 +244,73 @@ spec:
 		if err != nil || !strings.HasPrefix(out, "system:bootstrap:") || !strings.HasSuffix(out, " kubernetes.io/kube-apiserver-client-kubelet") {
 			t.Errorf("worker %s's CSR through Muster: %v: %q; want one made by its bootstrap token for the kubelet signer", w, err, out)
 		}
+	}
+}
+
+// TestPlannerBadInputs (issue 29): what the planner cannot make a cluster
+// of is said on the Cluster, and nothing is started: a cluster whose
+// machines have no etcd and no control-plane role (the etcd,controlplane
+// machine of another cluster does not count, and the message says so); an
+// even etcd count is warned of while the planner goes on; a version
+// Kubernetes never had is refused when the Cluster is written. The plans
+// here run nothing real: the machines' binary directory is empty.
+func TestPlannerBadInputs(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "", processDriver, "--kubernetes-bin-dir", t.TempDir())
+	killPoolAgentsAtEnd(t, s)
+	id := rand.IntN(1_000_000)
+	roleless, even, other := fmt.Sprintf("k8s-roleless-%d", id), fmt.Sprintf("k8s-even-%d", id), fmt.Sprintf("other-%d", id)
+	t.Cleanup(func() { _ = os.RemoveAll(filepath.Join(planner.BaseDir, even)) })
+	t.Cleanup(func() { _, _ = s.kubectl("delete", "machinepools", "--all", "--wait=true", "--timeout=60s") })
+	pool := func(name, cluster string, replicas int, roles string) string {
+		return fmt.Sprintf(`---
+apiVersion: muster.io/v1alpha1
+kind: MachinePool
+metadata: {name: %s}
+spec:
+  cluster: %s
+  replicas: %d
+  template: {roles: [%s], driver: process}
+`, name, cluster, replicas, roles)
+	}
+	cluster := func(name, kubernetes string) string {
+		return fmt.Sprintf("---\napiVersion: muster.io/v1alpha1\nkind: Cluster\nmetadata: {name: %s}\nspec: {%s}\n", name, kubernetes)
+	}
+	k8s := "kubernetes: {distribution: kubernetes, version: v1.37.2}"
+	doc := cluster(roleless, k8s) + pool(roleless+"-w", roleless, 1, "worker") +
+		cluster(other, "") + pool(other+"-cp", other, 1, "etcd, controlplane") +
+		cluster(even, k8s) + pool(even+"-cp", even, 2, "etcd, controlplane")
+	if out, err := applyDoc(t, s, doc); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+	condition := func(cluster, typ string) string {
+		out, _ := s.kubectl("get", "cluster", cluster, "-o", fmt.Sprintf(`jsonpath={.status.kubernetes.phase}|{.status.conditions[?(@.type==%q)].status}|{.status.conditions[?(@.type==%q)].reason}|{.status.conditions[?(@.type==%q)].message}`, typ, typ, typ))
+		return out
+	}
+	var got string
+	waitFor(t, 90*time.Second, "the roleless cluster to say it has no etcd and no control-plane machine, naming the other cluster's", func() bool {
+		got = condition(roleless, "KubernetesRoles")
+		return strings.HasPrefix(got, "Invalid|False|MissingRoles|the cluster has no machine with role etcd and no machine with role controlplane, so no Kubernetes can start and nothing was started") &&
+			strings.Contains(got, "machines of other clusters do not count: "+other+"-cp-")
+	})
+	t.Logf("%s: %s", roleless, got)
+	waitFor(t, 90*time.Second, "the even cluster to warn of its 2 etcd machines and go on bootstrapping", func() bool {
+		got = condition(even, "KubernetesRoles")
+		return strings.HasPrefix(got, "BootstrappingEtcd|False|Warning|2 etcd machines: an even count tolerates no more failures than one fewer")
+	})
+	t.Logf("%s: %s", even, got)
+	// Nothing was planned for the roleless cluster, nor for the cluster
+	// without spec.kubernetes: the planner's plans are the even cluster's
+	// first etcd member's only.
+	out := s.mustKubectl("get", "machineplans", "-l", planner.PlannerLabel, "-o", `jsonpath={range .items[*]}{.metadata.name}={.metadata.labels.muster\.io/planner} {end}`)
+	planned := strings.Fields(out)
+	if len(planned) != 1 || !strings.HasPrefix(planned[0], even+"-cp-") || !strings.HasSuffix(planned[0], "="+even) {
+		t.Errorf("the planner's plans: %q; want only one of %s's etcd machines (the first member; the second waits on it)", out, even)
+	}
+
+	// A version Kubernetes never had is refused when written.
+	if out, err := applyDoc(t, s, cluster("k8s-badversion", "kubernetes: {distribution: kubernetes, version: \"1.37\"}")); err == nil ||
+		!strings.Contains(out, `spec.kubernetes.version: Invalid value: "1.37": a Kubernetes release version is "v" and three numbers`) {
+		t.Errorf("a Cluster with version 1.37: %v: %s; want it refused, saying what a version looks like", err, out)
 	}
 }
