@@ -93,14 +93,24 @@ func (c *Controller) reconcileAll(ctx context.Context) error {
 		planOf[p.Name] = p
 	}
 	var errs []string
+	planned := map[string]bool{}
 	for _, cl := range clusters {
 		if cl.Spec.Kubernetes == nil || cl.DeletionTimestamp != nil {
 			continue
 		}
+		planned[cl.Name] = true
 		if err := c.reconcile(ctx, cl, machines, planOf); err != nil && ctx.Err() == nil {
 			errs = append(errs, fmt.Sprintf("cluster %s: %v", cl.Name, err))
 		}
 	}
+	// A deleted cluster's PKI is not kept in memory.
+	c.mu.Lock()
+	for name := range c.pkis {
+		if !planned[name] {
+			delete(c.pkis, name)
+		}
+	}
+	c.mu.Unlock()
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
