@@ -357,9 +357,17 @@ exit 1
 func (in renderInput) apiServerCommand() string {
 	d := in.dir()
 	p := path.Join(d, "pki")
+	// A control-plane machine that is an etcd member talks to its own
+	// member only (kubeadm's stacked etcd): its command, and so its
+	// process, stays the same when members join. One that is not talks
+	// to every member, and is restarted when they change.
 	var etcd []string
-	for _, m := range in.allMembers {
-		etcd = append(etcd, "https://"+net.JoinHostPort(m.address, fmt.Sprint(etcdClientPort)))
+	if in.stage.etcdMember >= 0 {
+		etcd = []string{fmt.Sprintf("https://127.0.0.1:%d", etcdClientPort)}
+	} else {
+		for _, m := range in.allMembers {
+			etcd = append(etcd, "https://"+net.JoinHostPort(m.address, fmt.Sprint(etcdClientPort)))
+		}
 	}
 	return fmt.Sprintf(`exec %s --etcd-servers=%s \
   --etcd-cafile=%s/ca.crt --etcd-certfile=%s/apiserver-etcd-client.crt --etcd-keyfile=%s/apiserver-etcd-client.key \

@@ -45,8 +45,18 @@ func TestRenderStable(t *testing.T) {
 			t.Errorf("member 2's etcd command lacks %q:\n%s", want, cmd)
 		}
 	}
-	if !strings.Contains(files["kube-apiserver.cmd"], "--etcd-servers=https://10.0.0.1:2379,https://10.0.0.2:2379,https://10.0.0.3:2379 ") {
-		t.Errorf("kube-apiserver does not name every member:\n%s", files["kube-apiserver.cmd"])
+	if !strings.Contains(files["kube-apiserver.cmd"], "--etcd-servers=https://127.0.0.1:2379 ") {
+		t.Errorf("a member's kube-apiserver does not talk to its own etcd member (so that members joining do not restart it):\n%s", files["kube-apiserver.cmd"])
+	}
+	cpOnly, err := render(renderInput{cluster: "c", spec: in.spec, machine: "c1", address: "10.0.0.7", stage: stage{etcdMember: -1, apiServer: true},
+		allMembers: members, pki: k, existing: map[string]string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range cpOnly.Files {
+		if path.Base(f.Path) == "kube-apiserver.cmd" && !strings.Contains(f.Content, "--etcd-servers=https://10.0.0.1:2379,https://10.0.0.2:2379,https://10.0.0.3:2379 ") {
+			t.Errorf("a control-plane machine without etcd does not name every member:\n%s", f.Content)
+		}
 	}
 	if files["etcd-join.sh"] == "" || first.Instructions[0].Name != "etcd-member-add" {
 		t.Errorf("a joining member's plan does not add it to etcd before starting it: %+v", first.Instructions)

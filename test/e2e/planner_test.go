@@ -54,8 +54,9 @@ func kubernetesBinDir(t *testing.T) string {
 // bootstrapped, the others added one at a time) and real kube-apiservers;
 // then, through Muster's proxy with the kubeconfig `kubectl muster
 // kubeconfig` prints, /readyz, create namespace and a watch; the workers'
-// kubelet bootstrap credentials made a CSR each in the cluster. The time
-// from apply to Ready is logged. Not parallel: it measures that figure,
+// kubelet bootstrap credentials made a CSR each in the cluster. Then the
+// control plane grows 3 -> 5, etcd answering all along. The times from
+// apply to Ready and of the scale-up are logged. Not parallel: it measures that figure,
 // and five machines running etcd and kube-apiserver keep both cores busy.
 func TestPlannerKubernetes(t *testing.T) {
 	host := newNetns(t)
@@ -244,6 +245,71 @@ spec:
 		if err != nil || !strings.HasPrefix(out, "system:bootstrap:") || !strings.HasSuffix(out, " kubernetes.io/kube-apiserver-client-kubelet") {
 			t.Errorf("worker %s's CSR through Muster: %v: %q; want one made by its bootstrap token for the kubelet signer", w, err, out)
 		}
+	}
+
+	// Scale the control plane 3 -> 5: the two new etcd members join one
+	// at a time and start kube-apiserver after, while etcd answers
+	// /health all along (asked every 100 ms, never failing twice in a row)
+	// and so does the cluster's API through Muster.
+	var polls, failures, worst int
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		run := 0
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			resp, err := etcdClient.Get("https://" + addr + ":2379/health")
+			ok := err == nil && resp.StatusCode == http.StatusOK
+			if err == nil {
+				resp.Body.Close()
+			}
+			polls++
+			if ok {
+				run = 0
+				continue
+			}
+			failures++
+			if run++; run > worst {
+				worst = run
+			}
+		}
+	}()
+	scaleStart := time.Now()
+	s.mustKubectl("patch", "machinepool", name+"-cp", "--type=merge", "-p", `{"spec":{"replicas":5}}`)
+	last = ""
+	waitFor(t, 6*time.Minute, "5 etcd members, Ready again", func() bool {
+		out, _ := s.kubectl("get", "cluster", name, "-o", "jsonpath={.status.kubernetes.phase}: {.status.kubernetes.message} {.status.kubernetes.etcdMembers}")
+		if out != last {
+			t.Logf("%6.1fs  %s", time.Since(scaleStart).Seconds(), out)
+			last = out
+		}
+		return strings.HasPrefix(out, "Ready: Kubernetes is up: 5 etcd members, 5 control-plane machines")
+	})
+	close(stop)
+	<-stopped
+	t.Logf("scale 3 -> 5 etcd,controlplane machines to Ready: %v; etcd /health asked %d times during it, %d failures, at most %d in a row",
+		time.Since(scaleStart).Round(100*time.Millisecond), polls, failures, worst)
+	if worst >= 2 || polls < 10 {
+		t.Errorf("etcd's /health failed %d times in a row during the scale-up (%d asked); want never twice", worst, polls)
+	}
+	resp, err = etcdClient.Post("https://"+addr+":2379/v3/cluster/member/list", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatalf("etcd member list after the scale-up: %v", err)
+	}
+	list.Members = nil
+	_ = json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if len(list.Members) != 5 {
+		t.Errorf("etcd lists %d members after the scale-up; want 5", len(list.Members))
+	}
+	if out, err := kubectlAs(kc, "get", "namespace", "made-through-muster", "-o", "name"); err != nil {
+		t.Errorf("the cluster's API through Muster after the scale-up: %v: %s", err, out)
 	}
 }
 
