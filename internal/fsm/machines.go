@@ -50,6 +50,7 @@ const (
 	EventStartControlPlane = "start-control-plane"
 	EventJoinWorkers       = "join-workers"
 	EventKubernetesReady   = "kubernetes-ready"
+	EventRemoveEtcd        = "remove-etcd"
 )
 
 // Registration is an agent's request to join: a person or policy approves
@@ -135,7 +136,7 @@ var Token = define("ClusterRegistrationToken", "Active",
 	})
 
 var kubernetesStates = []string{
-	"Pending", "Invalid", "BootstrappingEtcd", "JoiningEtcd", "StartingControlPlane", "JoiningWorkers", "Ready",
+	"Pending", "Invalid", "BootstrappingEtcd", "JoiningEtcd", "RemovingEtcd", "StartingControlPlane", "JoiningWorkers", "Ready",
 }
 
 // KubernetesPlan is where the planner (internal/planner) is in bringing a
@@ -155,6 +156,7 @@ var KubernetesPlan = define("KubernetesPlan", "Pending", kubernetesStates, []tra
 	{EventStartControlPlane, except(kubernetesStates, "StartingControlPlane"), "StartingControlPlane"},
 	{EventJoinWorkers, except(kubernetesStates, "JoiningWorkers"), "JoiningWorkers"},
 	{EventKubernetesReady, except(kubernetesStates, "Ready"), "Ready"},
+	{EventRemoveEtcd, except(kubernetesStates, "RemovingEtcd"), "RemovingEtcd"},
 })
 
 // All lists every definition, for tests and documentation.

@@ -96,6 +96,15 @@ func (c *Controller) reconcileAll(ctx context.Context) error {
 	planned := map[string]bool{}
 	for _, cl := range clusters {
 		if cl.Spec.Kubernetes == nil || cl.DeletionTimestamp != nil {
+			// The planner no longer plans this cluster: its machines'
+			// deletion waits for no member to leave.
+			for _, p := range plans {
+				if p.Labels[PlannerLabel] == cl.Name {
+					if err := c.release(ctx, p); err != nil {
+						errs = append(errs, err.Error())
+					}
+				}
+			}
 			continue
 		}
 		planned[cl.Name] = true
@@ -155,8 +164,19 @@ func (c *Controller) reconcile(ctx context.Context, cl *api.Cluster, machines []
 	var nodes []node
 	var elsewhere []string
 	byName := map[string]*api.Machine{}
+	var members []string
+	isMember := map[string]bool{}
+	if cl.Status.Kubernetes != nil {
+		members = cl.Status.Kubernetes.EtcdMembers
+		for _, m := range members {
+			isMember[m] = true
+		}
+	}
 	for _, m := range machines {
-		if m.DeletionTimestamp != nil {
+		// A deleted machine counts only while it is an etcd member whose
+		// host is still there (not yet Deleting): it must leave etcd first.
+		if m.DeletionTimestamp != nil && !(isMember[m.Name] && m.Spec.Cluster == cl.Name &&
+			m.Status.Phase != api.MachinePhaseDeleting && m.Status.Phase != api.MachinePhaseDeleted) {
 			continue
 		}
 		if m.Spec.Cluster != cl.Name {
@@ -169,7 +189,7 @@ func (c *Controller) reconcile(ctx context.Context, cl *api.Cluster, machines []
 			continue
 		}
 		byName[m.Name] = m
-		n := node{name: m.Name, roles: map[string]bool{}, address: internalIP(m)}
+		n := node{name: m.Name, roles: map[string]bool{}, address: internalIP(m), deleting: m.DeletionTimestamp != nil}
 		for _, r := range m.Spec.Roles {
 			n.roles[r] = true
 		}
@@ -190,11 +210,14 @@ func (c *Controller) reconcile(ctx context.Context, cl *api.Cluster, machines []
 		}
 		nodes = append(nodes, n)
 	}
-	var members []string
-	if cl.Status.Kubernetes != nil {
-		members = cl.Status.Kubernetes.EtcdMembers
-	}
 	d := order(nodes, members, elsewhere)
+	for _, m := range d.release {
+		if p := planOf[m]; p != nil {
+			if err := c.release(ctx, p); err != nil {
+				return err
+			}
+		}
+	}
 	var writeErr error
 	if d.invalid == "" {
 		writeErr = c.writePlans(ctx, cl, d, byName, planOf)
@@ -298,10 +321,35 @@ func (c *Controller) writePlans(ctx context.Context, cl *api.Cluster, d decision
 	return nil
 }
 
+// planMeta is what the planner marks a plan with: its own labels; on an
+// etcd member's, that the planner writes its drain plan (the Machine waits
+// for it when deleted: the member leaves etcd before its host goes); on
+// that drain plan, the drain label and deadline the lifecycle reads.
+func planMeta(p *metav1.ObjectMeta, cluster, stageKey string) {
+	if p.Labels == nil {
+		p.Labels = map[string]string{}
+	}
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Labels[PlannerLabel], p.Labels[StageLabel] = cluster, stageKey
+	delete(p.Annotations, api.PlanDrainByAnnotation)
+	switch {
+	case stageKey == "leave":
+		p.Labels[api.PlanDrainLabel] = "true"
+		if p.Annotations[api.PlanDrainDeadlineAnnotation] == "" {
+			p.Annotations[api.PlanDrainDeadlineAnnotation] = time.Now().Add(api.DefaultDrainTimeout).UTC().Format(time.RFC3339Nano)
+		}
+	case covers(stageKey, "etcd"):
+		p.Annotations[api.PlanDrainByAnnotation] = "planner"
+	}
+}
+
 func (c *Controller) writePlan(ctx context.Context, cluster, name, stageKey string, spec api.MachinePlanSpec, old *api.MachinePlan) error {
 	plans := c.client.MusterV1alpha1().MachinePlans()
 	if old == nil {
-		p := &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{PlannerLabel: cluster, StageLabel: stageKey}}, Spec: spec}
+		p := &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+		planMeta(&p.ObjectMeta, cluster, stageKey)
 		_, err := plans.Create(ctx, p, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			return nil // the cache is behind: the next pass sees it
@@ -311,15 +359,12 @@ func (c *Controller) writePlan(ctx context.Context, cluster, name, stageKey stri
 		}
 		return err
 	}
-	if equality.Semantic.DeepEqual(old.Spec, spec) && old.Labels[StageLabel] == stageKey && old.Labels[PlannerLabel] == cluster {
-		return nil
-	}
 	p := old.DeepCopy()
 	p.Spec = spec
-	if p.Labels == nil {
-		p.Labels = map[string]string{}
+	planMeta(&p.ObjectMeta, cluster, stageKey)
+	if equality.Semantic.DeepEqual(old.Spec, p.Spec) && equality.Semantic.DeepEqual(old.Labels, p.Labels) && equality.Semantic.DeepEqual(old.Annotations, p.Annotations) {
+		return nil
 	}
-	p.Labels[PlannerLabel], p.Labels[StageLabel] = cluster, stageKey
 	_, err := plans.Update(ctx, p, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return nil
@@ -328,6 +373,21 @@ func (c *Controller) writePlan(ctx context.Context, cluster, name, stageKey stri
 		klog.InfoS("Planner changed a machine's plan", "cluster", cluster, "machine", name, "stage", stageKey)
 	}
 	return err
+}
+
+// release drops a plan's PlanDrainByAnnotation: its machine's deletion
+// no longer waits for the planner.
+func (c *Controller) release(ctx context.Context, p *api.MachinePlan) error {
+	if p.Annotations[api.PlanDrainByAnnotation] == "" {
+		return nil
+	}
+	next := p.DeepCopy()
+	delete(next.Annotations, api.PlanDrainByAnnotation)
+	_, err := c.client.MusterV1alpha1().MachinePlans().Update(ctx, next, metav1.UpdateOptions{})
+	if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("releasing machine %s's deletion: %w", p.Name, err)
+	}
+	return nil
 }
 
 // writeAPI points the cluster's spec.kubernetesAPI at the kube-apiserver

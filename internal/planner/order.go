@@ -35,6 +35,9 @@ type node struct {
 	// or not; etcdHealthy is its etcd probe's latest verdict.
 	plannedStage string
 	etcdHealthy  bool
+	// deleting: the Machine was deleted; it is among the nodes only while
+	// it is an etcd member, which must leave etcd before its host goes.
+	deleting bool
 	// foreign: the machine has a plan the planner did not write, which
 	// it leaves alone.
 	foreign bool
@@ -47,14 +50,22 @@ type stage struct {
 	etcdMember int
 	apiServer  bool
 	worker     bool
+	// leave: the member leaves etcd (member remove) and stops: the drain
+	// plan of a deleted member's machine.
+	leave bool
 }
 
 // key names a stage in a plan's label (StageLabel), so that a plan
 // applied for one stage is not taken as healthy for the next.
 func (s stage) key() string {
+	if s.leave {
+		return "leave"
+	}
+	// The member's place is not in the key: members leaving moves the
+	// places of those after them, which must not count as a new stage.
 	var parts []string
 	if s.etcdMember >= 0 {
-		parts = append(parts, fmt.Sprintf("etcd%d", s.etcdMember))
+		parts = append(parts, "etcd")
 	}
 	if s.apiServer {
 		parts = append(parts, "apiserver")
@@ -81,6 +92,9 @@ type decision struct {
 	// plan the planner did not write. invalid is set when nothing can start.
 	warnings []string
 	invalid  string
+	// release are deleted machines whose members need not leave first:
+	// every member's machine was deleted, so etcd goes with them all.
+	release []string
 }
 
 type tier struct {
@@ -114,6 +128,9 @@ func order(nodes []node, members []string, elsewhere []string) decision {
 	// kube-apiserver) holds the tiers after it, and must not rewrite the
 	// plans they already have, which would restart what they run.
 	for _, n := range nodes {
+		if n.deleting {
+			continue // its plan is its drain plan, or nothing
+		}
 		s, ok := d.stages[n.name]
 		if !ok {
 			s = stage{etcdMember: -1}
@@ -141,6 +158,9 @@ func decide(nodes []node, members []string, elsewhere []string) decision {
 	for i := range nodes {
 		n := &nodes[i]
 		byName[n.name] = n
+		if n.deleting {
+			continue
+		}
 		if n.roles[api.EtcdRole] {
 			etcd = append(etcd, n)
 		}
@@ -152,6 +172,27 @@ func decide(nodes []node, members []string, elsewhere []string) decision {
 		}
 	}
 	d := decision{stages: map[string]stage{}, tiers: map[string]tier{}}
+	// The etcd members, in join order: a member stays one until it has
+	// left etcd (a deleted machine's drain plan), or its machine is gone.
+	for _, m := range members {
+		if n := byName[m]; n != nil && n.roles[api.EtcdRole] && !(n.deleting && n.healthyStage == "leave") {
+			d.members = append(d.members, m)
+		}
+	}
+	// Every member's machine deleted (the pool or the cluster goes): etcd
+	// goes with them, and no member leaves first, which the last could not.
+	going := 0
+	for _, m := range d.members {
+		if byName[m].deleting {
+			going++
+		}
+	}
+	if going > 0 && going == len(d.members) {
+		d.release = d.members
+		d.phase, d.message = api.KubernetesPhaseRemovingEtcd, "every etcd member's machine was deleted: etcd goes with them, no member leaves first"
+		d.tiers[CondEtcd] = tier{reason: "Deleted", message: d.message}
+		return d
+	}
 	var missing []string
 	if len(etcd) == 0 {
 		missing = append(missing, "role etcd")
@@ -166,7 +207,6 @@ func decide(nodes []node, members []string, elsewhere []string) decision {
 			d.invalid += fmt.Sprintf("; machines of other clusters do not count: %s", strings.Join(elsewhere, ", "))
 		}
 		d.message = d.invalid
-		d.members = members
 		return d
 	}
 	if len(etcd)%2 == 0 {
@@ -178,13 +218,6 @@ func decide(nodes []node, members []string, elsewhere []string) decision {
 		}
 	}
 
-	// The etcd members, in join order: a member stays one while its
-	// machine is there (removal is not planned yet).
-	for _, m := range members {
-		if byName[m] != nil && byName[m].roles[api.EtcdRole] {
-			d.members = append(d.members, m)
-		}
-	}
 	wait := func(phase, tierCond string, n *node, why string) decision {
 		d.phase, d.waitingFor, d.message = phase, n.name, fmt.Sprintf("waiting for machine %s: %s", n.name, why)
 		d.tiers[tierCond] = tier{reason: "Waiting", message: d.message}
@@ -204,8 +237,36 @@ func decide(nodes []node, members []string, elsewhere []string) decision {
 			return "its plan is not applied and healthy yet: " + what
 		}
 	}
+	// A deleted member's plan is never planned again, but for its leaving:
+	// going back to its member's plan would add it to etcd again.
 	for i, m := range d.members {
-		d.stages[m] = stage{etcdMember: i}
+		if !byName[m].deleting {
+			d.stages[m] = stage{etcdMember: i}
+		}
+	}
+	// A deleted machine's member leaves first, one at a time (one already
+	// leaving goes on before any other starts), and only while the
+	// members that stay keep a healthy quorum without it.
+	leaving := append([]string(nil), d.members...)
+	sort.SliceStable(leaving, func(i, j int) bool {
+		return byName[leaving[i]].plannedStage == "leave" && byName[leaving[j]].plannedStage != "leave"
+	})
+	for _, m := range leaving {
+		n := byName[m]
+		if !n.deleting {
+			continue
+		}
+		stay, healthyStay := len(d.members)-1, 0
+		for _, o := range d.members {
+			if o != m && byName[o].etcdHealthy && !byName[o].deleting {
+				healthyStay++
+			}
+		}
+		if healthyStay < stay/2+1 {
+			return wait(api.KubernetesPhaseRemovingEtcd, CondEtcd, n, fmt.Sprintf("its machine was deleted, and removing its member would leave %d healthy of %d, below quorum (%d): the member stays until more are healthy", healthyStay, stay, stay/2+1))
+		}
+		d.stages[m] = stage{etcdMember: -1, leave: true}
+		return wait(api.KubernetesPhaseRemovingEtcd, CondEtcd, n, "its machine was deleted: its member leaves etcd (member remove) before its host goes")
 	}
 	// healthy: the machine's applied, healthy plan carries every part of
 	// its stage now (a control-plane member's plan carries its etcd part

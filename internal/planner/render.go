@@ -181,6 +181,23 @@ func render(in renderInput) (api.MachinePlanSpec, error) {
 	}
 	server := in.stage.etcdMember >= 0 || in.stage.apiServer
 	file("pki/"+fileCACert, string(in.pki.ca.CertPEM), 0o644)
+	if in.stage.leave {
+		// The drain plan of a deleted member's machine: leave etcd
+		// through another member, then stop what the machine runs.
+		cert, key, err := in.keep("etcd", func() ([]byte, []byte, error) {
+			return in.pki.ca.IssuePeer("etcd-"+in.machine, []string{"localhost"}, []net.IP{ip, net.ParseIP("127.0.0.1")}, certValidity)
+		}, ip)
+		if err != nil {
+			return spec, err
+		}
+		file("pki/etcd.crt", cert, 0o644)
+		file("pki/etcd.key", key, 0o600)
+		file("etcd-leave.sh", in.etcdLeaveScript(), 0o700)
+		spec.Instructions = []api.PlanInstruction{{Name: "etcd-member-remove", Command: "/bin/sh",
+			Args: []string{path.Join(d, "etcd-leave.sh")}, TimeoutSeconds: 120, SaveOutput: true}}
+		sort.Slice(spec.Files, func(i, j int) bool { return spec.Files[i].Path < spec.Files[j].Path })
+		return spec, nil
+	}
 	if server {
 		file("pki/"+fileCAKey, string(in.pki.caKeyPEM), 0o600)
 		file("pki/"+fileSAKey, string(in.pki.saKeyPEM), 0o600)
@@ -341,17 +358,68 @@ func (in renderInput) etcdJoinScript() string {
 # few seconds (its strict reconfiguration check), so the add is retried.
 set -u
 c="curl -sS --fail --max-time 10 --cacert %[4]s/ca.crt --cert %[4]s/etcd.crt --key %[4]s/etcd.key"
+added=""
 for i in $(seq 90); do
   for ep in %[3]s; do
     list=$($c -X POST https://$ep/v3/cluster/member/list -d '{}') || continue
-    case "$list" in *'"%[2]s"'*) echo "a member (through $ep)"; exit 0;; esac
-    $c -X POST https://$ep/v3/cluster/member/add -d '{"peerURLs":["%[2]s"]}' >/dev/null && { echo "added through $ep"; exit 0; }
+    case "$list" in *'"%[2]s"'*) echo "a member (through $ep)"; added=1; break;; esac
+    $c -X POST https://$ep/v3/cluster/member/add -d '{"peerURLs":["%[2]s"]}' >/dev/null && { echo "added through $ep"; added=1; break; }
   done
+  [ -n "$added" ] && break
   sleep 1
 done
-echo "no etcd member (%[3]s) added %[1]s in 90 s: is the cluster's etcd healthy? see the members' MachinePlans" >&2
+if [ -z "$added" ]; then
+  echo "no etcd member (%[3]s) added %[1]s in 90 s: is the cluster's etcd healthy? see the members' MachinePlans" >&2
+  exit 1
+fi
+# A new member asks its peers for the member list when it starts and
+# stops if one of them does not list it yet: wait until every one does.
+for i in $(seq 30); do
+  all=1
+  for ep in %[3]s; do
+    case "$($c -X POST https://$ep/v3/cluster/member/list -d '{}' 2>/dev/null)" in *'"%[2]s"'*) ;; *) all="";; esac
+  done
+  [ -n "$all" ] && exit 0
+  sleep 1
+done
+echo "added, but not every member lists %[1]s after 30 s" >&2
 exit 1
 `, in.machine, peer, strings.Join(others, " "), p)
+}
+
+// etcdLeaveScript removes the machine from etcd's members through another
+// member (found by its peer URL), then stops its etcd and kube-apiserver.
+func (in renderInput) etcdLeaveScript() string {
+	p := path.Join(in.dir(), "pki")
+	peer := fmt.Sprintf("https://%s", net.JoinHostPort(in.address, fmt.Sprint(etcdPeerPort)))
+	var others []string
+	for _, m := range in.allMembers {
+		if m.name != in.machine {
+			others = append(others, net.JoinHostPort(m.address, fmt.Sprint(etcdClientPort)))
+		}
+	}
+	return fmt.Sprintf(`#!/bin/sh
+# Removes this machine (%[1]s, peer URL %[2]s) from etcd's members, then stops it.
+set -u
+d=%[5]s
+c="curl -sS --fail --max-time 10 --cacert %[4]s/ca.crt --cert %[4]s/etcd.crt --key %[4]s/etcd.key"
+gone=""
+for i in $(seq 60); do
+  for ep in %[3]s; do
+    list=$($c -X POST https://$ep/v3/cluster/member/list -d '{}') || continue
+    id=$(printf '%%s' "$list" | tr '{' '\n' | grep -F '"%[2]s"' | sed -n 's/.*"ID":"*\([0-9][0-9]*\).*/\1/p' | head -n 1)
+    if [ -z "$id" ]; then echo "not a member (through $ep)"; gone=1; break; fi
+    if $c -X POST https://$ep/v3/cluster/member/remove -d "{\"ID\":\"$id\"}" >/dev/null; then echo "removed member $id through $ep"; gone=1; break; fi
+  done
+  [ -n "$gone" ] && break
+  sleep 1
+done
+if [ -z "$gone" ]; then echo "no etcd member (%[3]s) removed %[1]s in 60 s: is the cluster's etcd healthy?" >&2; exit 1; fi
+for n in kube-apiserver etcd; do
+  [ -f $d/$n.pid ] && kill "$(cat $d/$n.pid)" 2>/dev/null || true
+done
+exit 0
+`, in.machine, peer, strings.Join(others, " "), p, in.dir())
 }
 
 func (in renderInput) apiServerCommand() string {

@@ -61,6 +61,20 @@ func TestRenderStable(t *testing.T) {
 	if files["etcd-join.sh"] == "" || first.Instructions[0].Name != "etcd-member-add" {
 		t.Errorf("a joining member's plan does not add it to etcd before starting it: %+v", first.Instructions)
 	}
+	// A deleted member's drain plan removes it by its ID, in JSON etcd reads.
+	leave, err := render(renderInput{cluster: "c", spec: in.spec, machine: "m3", address: "10.0.0.3", stage: stage{etcdMember: -1, leave: true},
+		allMembers: members, pki: k, existing: map[string]string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range leave.Files {
+		if path.Base(f.Path) == "etcd-leave.sh" && (!strings.Contains(f.Content, `member/remove -d "{\"ID\":\"$id\"}"`) || strings.Contains(f.Content, "10.0.0.3:2379")) {
+			t.Errorf("the leave script does not remove the member by ID through the other members:\n%s", f.Content)
+		}
+	}
+	if len(leave.Instructions) != 1 || leave.Instructions[0].Name != "etcd-member-remove" || len(leave.Probes) != 0 {
+		t.Errorf("a leaving member's plan: %+v; want only the member removal", leave.Instructions)
+	}
 	// A worker's plan holds the CA certificate and its token, never a key.
 	w, err := render(renderInput{cluster: "c", spec: in.spec, machine: "w1", address: "10.0.0.9", stage: stage{etcdMember: -1, worker: true},
 		apiServer: "10.0.0.1", pki: k, existing: map[string]string{}})

@@ -311,6 +311,106 @@ spec:
 	if out, err := kubectlAs(kc, "get", "namespace", "made-through-muster", "-o", "name"); err != nil {
 		t.Errorf("the cluster's API through Muster after the scale-up: %v: %s", err, out)
 	}
+
+	// And back 5 -> 3: the pool deletes its two newest machines; each
+	// one's member leaves etcd (its drain plan) before its host goes, one
+	// at a time, etcd answering all along; the deleted machines' hosts are
+	// gone only after etcd stopped listing them.
+	polls, failures, worst = 0, 0, 0
+	stop, stopped = make(chan struct{}), make(chan struct{})
+	// Which machines etcd lists, each time a deleted machine's host is
+	// seen gone: none of them may be listed then.
+	memberNames := func() map[string]bool {
+		out := map[string]bool{}
+		resp, err := etcdClient.Post("https://"+addr+":2379/v3/cluster/member/list", "application/json", strings.NewReader("{}"))
+		if err != nil {
+			return nil
+		}
+		defer resp.Body.Close()
+		var l struct {
+			Members []struct {
+				Name string `json:"name"`
+			} `json:"members"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&l)
+		for _, m := range l.Members {
+			out[m.Name] = true
+		}
+		return out
+	}
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		run := 0
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			resp, err := etcdClient.Get("https://" + addr + ":2379/health")
+			ok := err == nil && resp.StatusCode == http.StatusOK
+			if err == nil {
+				resp.Body.Close()
+			}
+			polls++
+			if ok {
+				run = 0
+				continue
+			}
+			failures++
+			if run++; run > worst {
+				worst = run
+			}
+		}
+	}()
+	before := poolMachines(s, name+"-cp")
+	scaleStart = time.Now()
+	s.mustKubectl("patch", "machinepool", name+"-cp", "--type=merge", "-p", `{"spec":{"replicas":3}}`)
+	last = ""
+	hostGoneWhileListed := map[string]bool{}
+	waitFor(t, 6*time.Minute, "3 etcd members, Ready again, the deleted machines gone", func() bool {
+		out, _ := s.kubectl("get", "cluster", name, "-o", "jsonpath={.status.kubernetes.phase}: {.status.kubernetes.message} {.status.kubernetes.etcdMembers}")
+		if out != last {
+			t.Logf("%6.1fs  %s", time.Since(scaleStart).Seconds(), out)
+			last = out
+		}
+		now := poolMachines(s, name+"-cp")
+		listed := memberNames()
+		// A pool machine's host is removed in Deleting (after Draining,
+		// where its member leaves): Deleting or gone while etcd lists it
+		// would be a host going first.
+		for m := range before {
+			if phase, there := now[m]; (!there || phase == "Deleting") && listed != nil && listed[m] {
+				hostGoneWhileListed[m] = true
+			}
+		}
+		return strings.HasPrefix(out, "Ready: Kubernetes is up: 3 etcd members, 3 control-plane machines") && len(now) == 3
+	})
+	close(stop)
+	<-stopped
+	t.Logf("scale 5 -> 3 etcd,controlplane machines to Ready: %v; etcd /health asked %d times during it, %d failures, at most %d in a row",
+		time.Since(scaleStart).Round(100*time.Millisecond), polls, failures, worst)
+	if worst >= 2 || polls < 10 {
+		t.Errorf("etcd's /health failed %d times in a row during the scale-down (%d asked); want never twice", worst, polls)
+	}
+	if len(hostGoneWhileListed) > 0 {
+		t.Errorf("machines %v were gone while etcd still listed them as members; a member must leave before its machine goes", hostGoneWhileListed)
+	}
+	listed := memberNames()
+	now := poolMachines(s, name+"-cp")
+	if len(listed) != 3 {
+		t.Errorf("etcd lists %v after the scale-down; want the 3 remaining machines %v", listed, now)
+	}
+	for m := range now {
+		if !listed[m] {
+			t.Errorf("remaining machine %s is not among etcd's members %v", m, listed)
+		}
+	}
+	if out, err := kubectlAs(kc, "get", "namespace", "made-through-muster", "-o", "name"); err != nil {
+		t.Errorf("the cluster's API through Muster after the scale-down: %v: %s", err, out)
+	}
 }
 
 // TestPlannerBadInputs (issue 29): what the planner cannot make a cluster

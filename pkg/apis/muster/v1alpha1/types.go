@@ -148,6 +148,7 @@ const (
 	KubernetesPhaseInvalid              = "Invalid"
 	KubernetesPhaseBootstrappingEtcd    = "BootstrappingEtcd"
 	KubernetesPhaseJoiningEtcd          = "JoiningEtcd"
+	KubernetesPhaseRemovingEtcd         = "RemovingEtcd"
 	KubernetesPhaseStartingControlPlane = "StartingControlPlane"
 	KubernetesPhaseJoiningWorkers       = "JoiningWorkers"
 	KubernetesPhaseReady                = "Ready"
@@ -161,7 +162,8 @@ type ClusterKubernetesStatus struct {
 	// (the machines' roles cannot make a cluster: no etcd or no
 	// control-plane machine; nothing is started), BootstrappingEtcd (the
 	// first etcd member starts), JoiningEtcd (the other members are added
-	// one at a time), StartingControlPlane (kube-apiserver starts on the
+	// one at a time), RemovingEtcd (a deleted machine's member leaves etcd
+	// before its host goes, one at a time), StartingControlPlane (kube-apiserver starts on the
 	// control-plane machines), JoiningWorkers (workers get their kubelet
 	// credentials) or Ready (every machine's plan is applied and healthy).
 	// +optional
