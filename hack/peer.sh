@@ -11,13 +11,21 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${MUSTER_PEER_DIR:-${HOME:-/root}/.cache/muster/peer/v1.37.2}
 mkdir -p "$dir"
 
-build() { # build NAME PACKAGE: hack/peer/NAME's module builds PACKAGE into $dir/NAME
+build() { # build NAME PACKAGE [LDFLAGS]: hack/peer/NAME's module builds PACKAGE into $dir/NAME
 	[ -x "$dir/$1" ] && return 0
 	echo "peer: building $1 from the Go module proxy (minutes on a cold cache)" >&2
-	(cd "$root/hack/peer/$1" && go build -trimpath -o "$dir/$1.tmp.$$" "$2")
+	(cd "$root/hack/peer/$1" && go build -trimpath -ldflags "${3:-}" -o "$dir/$1.tmp.$$" "$2")
 	mv -f "$dir/$1.tmp.$$" "$dir/$1"
 }
 
-build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+# kube-apiserver says its version (--version, /version) as a release
+# does, which the planner's plans check (spec.kubernetes.version); one
+# built before it was stamped is built again.
+version=v1.37.2
+stamp="-X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 -X k8s.io/component-base/version.gitTreeState=clean"
+if [ -x "$dir/kube-apiserver" ] && [ "$("$dir/kube-apiserver" --version 2>/dev/null)" != "Kubernetes $version" ]; then
+	rm -f "$dir/kube-apiserver"
+fi
+build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$stamp"
 build kine github.com/k3s-io/kine
 echo "$dir"

@@ -41,6 +41,16 @@ const (
 
 	// Token.
 	EventRevoke = "revoke"
+
+	// KubernetesPlan: each names the stage the planner moves the cluster
+	// to (see KubernetesPlan).
+	EventRefuseRoles       = "refuse-roles"
+	EventBootstrapEtcd     = "bootstrap-etcd"
+	EventJoinEtcd          = "join-etcd"
+	EventStartControlPlane = "start-control-plane"
+	EventJoinWorkers       = "join-workers"
+	EventKubernetesReady   = "kubernetes-ready"
+	EventRemoveEtcd        = "remove-etcd"
 )
 
 // Registration is an agent's request to join: a person or policy approves
@@ -125,5 +135,29 @@ var Token = define("ClusterRegistrationToken", "Active",
 		{EventRevoke, []string{"Active"}, "Revoked"},
 	})
 
+var kubernetesStates = []string{
+	"Pending", "Invalid", "BootstrappingEtcd", "JoiningEtcd", "RemovingEtcd", "StartingControlPlane", "JoiningWorkers", "Ready",
+}
+
+// KubernetesPlan is where the planner (internal/planner) is in bringing a
+// cluster's Kubernetes up: a Cluster's status.kubernetes.phase. The
+// stages follow the machines' roles in order (the first etcd member, the
+// others one at a time, the control plane, the workers), and the planner
+// decides each pass from what it observes, so any stage may follow any
+// other: a Ready cluster given a new etcd machine goes back to
+// JoiningEtcd, one whose machines lose their roles to Invalid. What the
+// table fixes is the name of each move, which the cluster's history
+// records, and that Pending is never re-entered: once planned, a
+// cluster's Kubernetes has had a plan.
+var KubernetesPlan = define("KubernetesPlan", "Pending", kubernetesStates, []transition{
+	{EventRefuseRoles, except(kubernetesStates, "Invalid"), "Invalid"},
+	{EventBootstrapEtcd, except(kubernetesStates, "BootstrappingEtcd"), "BootstrappingEtcd"},
+	{EventJoinEtcd, except(kubernetesStates, "JoiningEtcd"), "JoiningEtcd"},
+	{EventStartControlPlane, except(kubernetesStates, "StartingControlPlane"), "StartingControlPlane"},
+	{EventJoinWorkers, except(kubernetesStates, "JoiningWorkers"), "JoiningWorkers"},
+	{EventKubernetesReady, except(kubernetesStates, "Ready"), "Ready"},
+	{EventRemoveEtcd, except(kubernetesStates, "RemovingEtcd"), "RemovingEtcd"},
+})
+
 // All lists every definition, for tests and documentation.
-var All = []*Definition{Registration, Machine, Cluster, Token}
+var All = []*Definition{Registration, Machine, Cluster, Token, KubernetesPlan}

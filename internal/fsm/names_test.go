@@ -23,6 +23,8 @@ func TestAPIPhasesAreStates(t *testing.T) {
 		{Cluster, strs(api.ClusterPhasePending, api.ClusterPhaseWaitCheckIn, api.ClusterPhaseActive,
 			api.ClusterPhaseDegraded, api.ClusterPhaseDeleting)},
 		{Token, strs(api.TokenPhaseActive, api.TokenPhaseExpired, api.TokenPhaseRevoked)},
+		{KubernetesPlan, []string{api.KubernetesPhasePending, api.KubernetesPhaseInvalid, api.KubernetesPhaseBootstrappingEtcd,
+			api.KubernetesPhaseJoiningEtcd, api.KubernetesPhaseRemovingEtcd, api.KubernetesPhaseStartingControlPlane, api.KubernetesPhaseJoiningWorkers, api.KubernetesPhaseReady}},
 	} {
 		t.Run(tc.def.Name(), func(t *testing.T) {
 			for _, p := range tc.phases {
@@ -37,7 +39,7 @@ func TestAPIPhasesAreStates(t *testing.T) {
 			}
 		})
 	}
-	if len(All) != 4 {
+	if len(All) != 5 {
 		t.Errorf("fsm.All has %d definitions; tie the API phases of the new one here", len(All))
 	}
 }
@@ -52,6 +54,7 @@ func TestEventConstants(t *testing.T) {
 		EventFinalized,
 		EventAwaitCheckIn, EventMachineUnhealthy, EventMachinesHealthy, EventMachinesGone, EventDelete,
 		EventRevoke,
+		EventRefuseRoles, EventBootstrapEtcd, EventJoinEtcd, EventStartControlPlane, EventJoinWorkers, EventKubernetesReady, EventRemoveEtcd,
 	}
 	used := map[string]bool{}
 	for _, d := range All {

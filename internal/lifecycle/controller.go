@@ -842,6 +842,16 @@ func (c *Controller) drain(ctx context.Context, m *api.Machine, step func(event,
 	if err != nil {
 		return err
 	}
+	// Another controller writes this machine's drain plan (the planner,
+	// for an etcd member that must leave etcd before its host goes): wait
+	// for it, as long as a drain plan may take.
+	if plan != nil && plan.Labels[api.PlanDrainLabel] != "true" && plan.Annotations[api.PlanDrainByAnnotation] != "" &&
+		m.Status.AgentVersion != "" && m.DeletionTimestamp != nil {
+		if wait := m.DeletionTimestamp.Add(api.DefaultDrainTimeout).Sub(c.now()); wait > 0 {
+			c.queue.AddAfter(m.Name, min(wait, time.Second))
+			return nil
+		}
+	}
 	var set *api.MachinePlanSet
 	if plan != nil && plan.Labels[api.PlanSetLabel] != "" {
 		set, err = c.sets.Get(plan.Labels[api.PlanSetLabel])

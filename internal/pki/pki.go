@@ -145,6 +145,22 @@ func (ca *CA) IssueServing(cn string, dnsNames []string, ips []net.IP, validity 
 	return ca.issueWithNewKey(tmpl, validity)
 }
 
+// IssuePeer issues a certificate for both server and client auth, for the
+// given DNS names and IPs, with a fresh ECDSA P-256 key: what an etcd
+// member presents both to its clients and to (and as a client of) its peers.
+func (ca *CA) IssuePeer(cn string, dnsNames []string, ips []net.IP, validity time.Duration) (certPEM, keyPEM []byte, err error) {
+	if len(dnsNames) == 0 && len(ips) == 0 {
+		return nil, nil, errors.New("peer certificate needs at least one DNS name or IP")
+	}
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: cn},
+		DNSNames:    append([]string(nil), dnsNames...),
+		IPAddresses: append([]net.IP(nil), ips...),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	return ca.issueWithNewKey(tmpl, validity)
+}
+
 // IssueClient issues a client-auth certificate with a fresh ECDSA P-256 key
 // for user cn in groups (the Organization, as Kubernetes reads it).
 func (ca *CA) IssueClient(cn string, groups []string, validity time.Duration) (certPEM, keyPEM []byte, err error) {

@@ -28,6 +28,7 @@ import (
 	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/internal/notify"
 	"github.com/muster-io/muster/internal/pki"
+	"github.com/muster-io/muster/internal/planner"
 	"github.com/muster-io/muster/internal/planset"
 	"github.com/muster-io/muster/internal/pool"
 	"github.com/muster-io/muster/internal/registry"
@@ -156,6 +157,7 @@ func (c *controllers) lead(term context.Context) {
 	// Off the write path: its handlers only queue, its own goroutines send.
 	notifier := notify.NewController(notify.Config{Client: c.client, Factory: factory, Events: c.events, Source: "https://" + c.address,
 		InitialBackoff: c.cfg.NotifyInitialBackoff, MaxBackoff: c.cfg.NotifyMaxBackoff})
+	kubernetes := planner.NewController(c.client, factory, planner.Binaries{Dir: c.cfg.KubernetesBinDir})
 	endpoints := factory.Muster().V1alpha1().ServerEndpoints()
 	// Start what the controllers added; it runs until the server stops.
 	factory.Start(c.stop)
@@ -169,6 +171,7 @@ func (c *controllers) lead(term context.Context) {
 	go pools.Run(term)
 	go planSets.Run(term)
 	go notifier.Run(term)
+	go kubernetes.Run(term)
 	machines.Run(term, controllerWorkers)
 }
 

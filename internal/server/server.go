@@ -111,6 +111,10 @@ type Config struct {
 	// AgentBinariesDir holds muster-agent-<version>-<os>-<arch> files,
 	// served at /assets/agent/<version>/ for plans with spec.agentUpgrade.
 	AgentBinariesDir string
+	// KubernetesBinDir, when set, is where the planner's plans find etcd,
+	// kube-apiserver and kubectl on the machines (else their PATH): a
+	// stand-in for binaries fetched pinned by sha256 (docs/clusters.md).
+	KubernetesBinDir string
 
 	// Machine pools: DriversDir holds executable drivers
 	// (muster-driver-NAME). EnableProcessDriver offers the built-in

@@ -35,7 +35,9 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.AgentUpgrade{}.OpenAPIModelName():                   schema_pkg_apis_muster_v1alpha1_AgentUpgrade(ref),
 		v1alpha1.Cluster{}.OpenAPIModelName():                        schema_pkg_apis_muster_v1alpha1_Cluster(ref),
 		v1alpha1.ClusterAPICredential{}.OpenAPIModelName():           schema_pkg_apis_muster_v1alpha1_ClusterAPICredential(ref),
+		v1alpha1.ClusterKubernetes{}.OpenAPIModelName():              schema_pkg_apis_muster_v1alpha1_ClusterKubernetes(ref),
 		v1alpha1.ClusterKubernetesAPI{}.OpenAPIModelName():           schema_pkg_apis_muster_v1alpha1_ClusterKubernetesAPI(ref),
+		v1alpha1.ClusterKubernetesStatus{}.OpenAPIModelName():        schema_pkg_apis_muster_v1alpha1_ClusterKubernetesStatus(ref),
 		v1alpha1.ClusterList{}.OpenAPIModelName():                    schema_pkg_apis_muster_v1alpha1_ClusterList(ref),
 		v1alpha1.ClusterRegistration{}.OpenAPIModelName():            schema_pkg_apis_muster_v1alpha1_ClusterRegistration(ref),
 		v1alpha1.ClusterRegistrationList{}.OpenAPIModelName():        schema_pkg_apis_muster_v1alpha1_ClusterRegistrationList(ref),
@@ -810,6 +812,50 @@ func schema_pkg_apis_muster_v1alpha1_ClusterAPICredential(ref common.ReferenceCa
 	}
 }
 
+func schema_pkg_apis_muster_v1alpha1_ClusterKubernetes(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ClusterKubernetes is the Kubernetes a cluster runs.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"distribution": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Distribution is how Kubernetes is installed. Only \"kubernetes\" (upstream etcd and kube-apiserver) is supported.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"version": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Version is the Kubernetes version, e.g. \"v1.37.2\": each control-plane machine's plan checks that its kube-apiserver is this version before it starts it, and fails saying which it found.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiServerPort": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIServerPort is the port kube-apiserver listens on, on every address of each control-plane machine. Default 6443.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"serviceCIDR": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ServiceCIDR is the range of the cluster's Service addresses. Default 10.43.0.0/16.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"distribution", "version"},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_muster_v1alpha1_ClusterKubernetesAPI(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -852,6 +898,59 @@ func schema_pkg_apis_muster_v1alpha1_ClusterKubernetesAPI(ref common.ReferenceCa
 		},
 		Dependencies: []string{
 			v1alpha1.ClusterAPICredential{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_ClusterKubernetesStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ClusterKubernetesStatus is where the planner is in bringing the cluster's Kubernetes up.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"phase": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Phase is the planner's state for the cluster (its legal moves are defined in internal/fsm): Pending (nothing planned yet), Invalid (the machines' roles cannot make a cluster: no etcd or no control-plane machine; nothing is started), BootstrappingEtcd (the first etcd member starts), JoiningEtcd (the other members are added one at a time), RemovingEtcd (a deleted machine's member leaves etcd before its host goes, one at a time), StartingControlPlane (kube-apiserver starts on the control-plane machines), JoiningWorkers (workers get their kubelet credentials) or Ready (every machine's plan is applied and healthy).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"waitingFor": {
+						SchemaProps: spec.SchemaProps{
+							Description: "WaitingFor is the machine the planner waits on, if any.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Message says what the planner waits for, or what is wrong.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"etcdMembers": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "EtcdMembers are the machines the planner has made etcd members, in the order they joined: a member is added to etcd (member add) before it starts, so the list is what the member list holds.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
+			},
+		},
 	}
 }
 
@@ -1479,11 +1578,17 @@ func schema_pkg_apis_muster_v1alpha1_ClusterSpec(ref common.ReferenceCallback) c
 							Ref:         ref(v1alpha1.ClusterKubernetesAPI{}.OpenAPIModelName()),
 						},
 					},
+					"kubernetes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kubernetes, when set, has the server's planner bring a Kubernetes control plane up on the cluster's machines, by their roles (spec.roles, from a MachinePool's template.roles or an agent's --role): etcd members on machines with role etcd, the first one bootstrapping and the others added one at a time; kube-apiserver on machines with role controlplane once etcd is healthy; workers last, given their kubelet's bootstrap credentials. The planner writes each such machine's MachinePlan, and spec.kubernetesAPI so that users reach the new API through the server. Unset: the planner leaves the cluster's machines alone.",
+							Ref:         ref(v1alpha1.ClusterKubernetes{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.ClusterKubernetesAPI{}.OpenAPIModelName()},
+			v1alpha1.ClusterKubernetes{}.OpenAPIModelName(), v1alpha1.ClusterKubernetesAPI{}.OpenAPIModelName()},
 	}
 }
 
@@ -1568,11 +1673,17 @@ func schema_pkg_apis_muster_v1alpha1_ClusterStatus(ref common.ReferenceCallback)
 							},
 						},
 					},
+					"kubernetes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kubernetes is where the planner is with spec.kubernetes; its conditions (KubernetesEtcd, KubernetesControlPlane, KubernetesWorkers, KubernetesReady, KubernetesRoles) are among Conditions.",
+							Ref:         ref(v1alpha1.ClusterKubernetesStatus{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.Transition{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName()},
+			v1alpha1.ClusterKubernetesStatus{}.OpenAPIModelName(), v1alpha1.Transition{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName()},
 	}
 }
 

@@ -18,6 +18,14 @@ const PlanSetLabel = "muster.io/plan-set"
 // set's drain timeout passed.
 const PlanDrainLabel = "muster.io/plan-drain"
 
+// PlanDrainByAnnotation, on a MachinePlan, names the controller that
+// writes the machine's drain plan itself when the Machine is deleted (the
+// planner, for an etcd member: it leaves etcd's member list before its
+// host goes). The Machine waits in Draining for that plan (a plan with
+// PlanDrainLabel) up to DefaultDrainTimeout from its deletion, then for
+// the plan as for any drain plan.
+const PlanDrainByAnnotation = "muster.io/plan-drain-by"
+
 // PlanDrainDeadlineAnnotation records, on a drain plan, when the server
 // stops waiting for it (RFC 3339): the set's drain timeout from the moment
 // the drain plan was written.

@@ -89,6 +89,97 @@ type ClusterSpec struct {
 	// Today an administrator writes it; the planner will.
 	// +optional
 	KubernetesAPI *ClusterKubernetesAPI `json:"kubernetesAPI,omitempty"`
+	// Kubernetes, when set, has the server's planner bring a Kubernetes
+	// control plane up on the cluster's machines, by their roles
+	// (spec.roles, from a MachinePool's template.roles or an agent's
+	// --role): etcd members on machines with role etcd, the first one
+	// bootstrapping and the others added one at a time; kube-apiserver on
+	// machines with role controlplane once etcd is healthy; workers last,
+	// given their kubelet's bootstrap credentials. The planner writes each
+	// such machine's MachinePlan, and spec.kubernetesAPI so that users
+	// reach the new API through the server. Unset: the planner leaves the
+	// cluster's machines alone.
+	// +optional
+	Kubernetes *ClusterKubernetes `json:"kubernetes,omitempty"`
+}
+
+// KubernetesDistribution names how a cluster's Kubernetes is installed.
+const (
+	// KubernetesDistributionUpstream runs upstream etcd and kube-apiserver
+	// binaries, each as a process the machine's plan starts.
+	KubernetesDistributionUpstream = "kubernetes"
+)
+
+// Machine roles the planner reads (spec.roles).
+const (
+	// EtcdRole is the role of the machines that run the cluster's etcd members.
+	EtcdRole = "etcd"
+	// WorkerRole is the role of the machines that get kubelet credentials.
+	WorkerRole = "worker"
+)
+
+// ClusterKubernetes is the Kubernetes a cluster runs.
+type ClusterKubernetes struct {
+	// Distribution is how Kubernetes is installed. Only "kubernetes"
+	// (upstream etcd and kube-apiserver) is supported.
+	Distribution string `json:"distribution"`
+	// Version is the Kubernetes version, e.g. "v1.37.2": each
+	// control-plane machine's plan checks that its kube-apiserver is this
+	// version before it starts it, and fails saying which it found.
+	Version string `json:"version"`
+	// APIServerPort is the port kube-apiserver listens on, on every
+	// address of each control-plane machine. Default 6443.
+	// +optional
+	APIServerPort int32 `json:"apiServerPort,omitempty"`
+	// ServiceCIDR is the range of the cluster's Service addresses.
+	// Default 10.43.0.0/16.
+	// +optional
+	ServiceCIDR string `json:"serviceCIDR,omitempty"`
+}
+
+// DefaultServiceCIDR is a cluster's Service range when
+// spec.kubernetes.serviceCIDR is not set, as k3s's.
+const DefaultServiceCIDR = "10.43.0.0/16"
+
+// The planner's phases for a cluster's Kubernetes
+// (status.kubernetes.phase); the legal moves are defined in internal/fsm.
+const (
+	KubernetesPhasePending              = "Pending"
+	KubernetesPhaseInvalid              = "Invalid"
+	KubernetesPhaseBootstrappingEtcd    = "BootstrappingEtcd"
+	KubernetesPhaseJoiningEtcd          = "JoiningEtcd"
+	KubernetesPhaseRemovingEtcd         = "RemovingEtcd"
+	KubernetesPhaseStartingControlPlane = "StartingControlPlane"
+	KubernetesPhaseJoiningWorkers       = "JoiningWorkers"
+	KubernetesPhaseReady                = "Ready"
+)
+
+// ClusterKubernetesStatus is where the planner is in bringing the
+// cluster's Kubernetes up.
+type ClusterKubernetesStatus struct {
+	// Phase is the planner's state for the cluster (its legal moves are
+	// defined in internal/fsm): Pending (nothing planned yet), Invalid
+	// (the machines' roles cannot make a cluster: no etcd or no
+	// control-plane machine; nothing is started), BootstrappingEtcd (the
+	// first etcd member starts), JoiningEtcd (the other members are added
+	// one at a time), RemovingEtcd (a deleted machine's member leaves etcd
+	// before its host goes, one at a time), StartingControlPlane (kube-apiserver starts on the
+	// control-plane machines), JoiningWorkers (workers get their kubelet
+	// credentials) or Ready (every machine's plan is applied and healthy).
+	// +optional
+	Phase string `json:"phase,omitempty"`
+	// WaitingFor is the machine the planner waits on, if any.
+	// +optional
+	WaitingFor string `json:"waitingFor,omitempty"`
+	// Message says what the planner waits for, or what is wrong.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// EtcdMembers are the machines the planner has made etcd members, in
+	// the order they joined: a member is added to etcd (member add) before
+	// it starts, so the list is what the member list holds.
+	// +optional
+	// +listType=atomic
+	EtcdMembers []string `json:"etcdMembers,omitempty"`
 }
 
 // DefaultKubernetesAPIPort is the port a cluster's kube-apiserver listens
@@ -173,6 +264,12 @@ type ClusterStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Kubernetes is where the planner is with spec.kubernetes; its
+	// conditions (KubernetesEtcd, KubernetesControlPlane,
+	// KubernetesWorkers, KubernetesReady, KubernetesRoles) are among
+	// Conditions.
+	// +optional
+	Kubernetes *ClusterKubernetesStatus `json:"kubernetes,omitempty"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -62,8 +62,18 @@ func (in ClusterAPICredential) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ClusterKubernetes) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.ClusterKubernetes"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ClusterKubernetesAPI) OpenAPIModelName() string {
 	return "io.muster.v1alpha1.ClusterKubernetesAPI"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ClusterKubernetesStatus) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.ClusterKubernetesStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

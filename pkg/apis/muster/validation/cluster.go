@@ -3,9 +3,12 @@ package validation
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"net/netip"
+	"regexp"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/muster-io/muster/internal/fsm"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
 
@@ -16,7 +19,43 @@ func ValidateCluster(c *api.Cluster) field.ErrorList {
 	if c.Spec.ClientID != "" {
 		errs = append(errs, validateIdentifier(c.Spec.ClientID, spec.Child("clientID"))...)
 	}
-	return append(errs, validateKubernetesAPI(c.Spec.KubernetesAPI, spec.Child("kubernetesAPI"))...)
+	errs = append(errs, validateKubernetesAPI(c.Spec.KubernetesAPI, spec.Child("kubernetesAPI"))...)
+	return append(errs, validateKubernetes(c.Spec.Kubernetes, spec.Child("kubernetes"))...)
+}
+
+// kubernetesVersion is a release version as Kubernetes tags it.
+var kubernetesVersion = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?$`)
+
+// validateKubernetes checks the Kubernetes a cluster asks the planner for:
+// a distribution the planner has, a version as Kubernetes names one, and
+// a port and Service range it can give kube-apiserver.
+func validateKubernetes(k *api.ClusterKubernetes, fld *field.Path) field.ErrorList {
+	if k == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	switch k.Distribution {
+	case api.KubernetesDistributionUpstream:
+	case "":
+		errs = append(errs, field.Required(fld.Child("distribution"), `say which Kubernetes to run: "kubernetes" (upstream etcd and kube-apiserver)`))
+	default:
+		errs = append(errs, field.NotSupported(fld.Child("distribution"), k.Distribution, []string{api.KubernetesDistributionUpstream}))
+	}
+	switch {
+	case k.Version == "":
+		errs = append(errs, field.Required(fld.Child("version"), `the Kubernetes version to run, e.g. "v1.37.2"`))
+	case len(k.Version) > 64 || !kubernetesVersion.MatchString(k.Version):
+		errs = append(errs, field.Invalid(fld.Child("version"), k.Version, `a Kubernetes release version is "v" and three numbers, e.g. "v1.37.2"`))
+	}
+	if k.APIServerPort < 0 || k.APIServerPort > 65535 {
+		errs = append(errs, field.Invalid(fld.Child("apiServerPort"), k.APIServerPort, "a TCP port is 1 to 65535 (0 or unset: 6443)"))
+	}
+	if k.ServiceCIDR != "" {
+		if p, err := netip.ParsePrefix(k.ServiceCIDR); err != nil || p.Masked() != p {
+			errs = append(errs, field.Invalid(fld.Child("serviceCIDR"), k.ServiceCIDR, "give the Service range as a CIDR without host bits, e.g. "+api.DefaultServiceCIDR))
+		}
+	}
+	return errs
 }
 
 // ValidateClusterUpdate refuses a change of a Cluster's clientID once set.
@@ -39,7 +78,31 @@ func ValidateClusterStatusUpdate(c, old *api.Cluster) field.ErrorList {
 	if c.Status.Phase == api.ClusterPhaseDeleting && old.Status.Phase != api.ClusterPhaseDeleting && c.DeletionTimestamp == nil && old.DeletionTimestamp == nil {
 		errs = append(errs, field.Forbidden(status.Child("phase"), "a cluster is Deleting only once it was deleted, and never leaves it: delete it with 'kubectl delete cluster "+c.Name+"' instead"))
 	}
+	errs = append(errs, validateKubernetesStatus(c.Status.Kubernetes, old.Status.Kubernetes, status.Child("kubernetes"))...)
 	return append(errs, validateConditions(c.Status.Conditions, old.Status.Conditions, status.Child("conditions"))...)
+}
+
+// validateKubernetesStatus holds the planner's phase to its state machine
+// (internal/fsm KubernetesPlan) and bounds what it says.
+func validateKubernetesStatus(k, old *api.ClusterKubernetesStatus, fld *field.Path) field.ErrorList {
+	if k == nil {
+		return nil
+	}
+	errs := validateMaxLen(k.Message, maxMessageBytes, fld.Child("message"))
+	errs = append(errs, validateMaxLen(k.WaitingFor, 253, fld.Child("waitingFor"))...)
+	if len(k.EtcdMembers) > 64 {
+		errs = append(errs, field.TooMany(fld.Child("etcdMembers"), len(k.EtcdMembers), 64))
+	}
+	from := fsm.KubernetesPlan.Initial()
+	if old != nil && old.Phase != "" {
+		from = old.Phase
+	}
+	if k.Phase != "" {
+		if _, err := fsm.KubernetesPlan.EventFor(from, k.Phase); err != nil {
+			errs = append(errs, field.Invalid(fld.Child("phase"), k.Phase, err.Error()))
+		}
+	}
+	return errs
 }
 
 // maxPEMBytes bounds each PEM value of spec.kubernetesAPI: a CA bundle of

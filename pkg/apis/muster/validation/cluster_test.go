@@ -38,3 +38,36 @@ func TestClusterStatusDeleting(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterKubernetes: what the planner is asked to run is checked when
+// the Cluster is written, each refusal naming the field and the fix.
+func TestClusterKubernetes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		k    api.ClusterKubernetes
+		want string // "" = valid
+	}{
+		{"upstream", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2"}, ""},
+		{"with port and range", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", APIServerPort: 16443, ServiceCIDR: "10.96.0.0/12"}, ""},
+		{"no distribution", api.ClusterKubernetes{Version: "v1.37.2"}, `spec.kubernetes.distribution: Required value: say which Kubernetes to run`},
+		{"k3s not shipped", api.ClusterKubernetes{Distribution: "k3s", Version: "v1.37.2"}, `spec.kubernetes.distribution: Unsupported value: "k3s": supported values: "kubernetes"`},
+		{"no version", api.ClusterKubernetes{Distribution: "kubernetes"}, `spec.kubernetes.version: Required value`},
+		{"bad version", api.ClusterKubernetes{Distribution: "kubernetes", Version: "1.37"}, `spec.kubernetes.version: Invalid value: "1.37": a Kubernetes release version is "v" and three numbers`},
+		{"bad port", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", APIServerPort: 70000}, `spec.kubernetes.apiServerPort: Invalid value: 70000`},
+		{"bad range", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", ServiceCIDR: "10.96.0.1/12"}, `spec.kubernetes.serviceCIDR: Invalid value: "10.96.0.1/12"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := tc.k
+			errs := ValidateCluster(&api.Cluster{Spec: api.ClusterSpec{Kubernetes: &k}})
+			if tc.want == "" {
+				if len(errs) > 0 {
+					t.Fatalf("refused: %v", errs)
+				}
+				return
+			}
+			if !strings.Contains(errs.ToAggregate().Error(), tc.want) {
+				t.Fatalf("errors %v; want one saying %q", errs, tc.want)
+			}
+		})
+	}
+}

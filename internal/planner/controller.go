@@ -1,0 +1,475 @@
+package planner
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+
+	"github.com/muster-io/muster/internal/pki"
+	"github.com/muster-io/muster/internal/reconcile"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+	"github.com/muster-io/muster/pkg/client/clientset/versioned"
+	informers "github.com/muster-io/muster/pkg/client/informers/externalversions"
+	listers "github.com/muster-io/muster/pkg/client/listers/muster/v1alpha1"
+)
+
+// Labels on the plans the planner writes.
+const (
+	// PlannerLabel marks a MachinePlan the planner wrote, with its
+	// cluster's name: a plan without it was written by someone else and
+	// is never touched.
+	PlannerLabel = "muster.io/planner"
+	// StageLabel is the stage the plan carries (etcd0, etcd1-apiserver,
+	// worker, ...): a plan applied for one stage is not healthy for the next.
+	StageLabel = "muster.io/planner-stage"
+)
+
+// resync reconciles every cluster this often besides on every change.
+const resync = 5 * time.Second
+
+// Controller is the planner. Run it on the leader only.
+type Controller struct {
+	client   versioned.Interface
+	clusters listers.ClusterLister
+	machines listers.MachineLister
+	plans    listers.MachinePlanLister
+	bin      Binaries
+	loop     *reconcile.Loop
+
+	// pkis caches each cluster's PKI between its making and the first
+	// plan that carries it (from which a new leader recovers it).
+	mu   sync.Mutex
+	pkis map[string]*clusterPKI
+}
+
+// NewController registers its informers with factory. bin says where
+// plans find etcd, kube-apiserver and kubectl on the machines.
+func NewController(client versioned.Interface, factory informers.SharedInformerFactory, bin Binaries) *Controller {
+	v := factory.Muster().V1alpha1()
+	c := &Controller{client: client, clusters: v.Clusters().Lister(), machines: v.Machines().Lister(),
+		plans: v.MachinePlans().Lister(), bin: bin, loop: reconcile.NewLoop(), pkis: map[string]*clusterPKI{}}
+	_, _ = v.Clusters().Informer().AddEventHandler(c.loop.Handler())
+	_, _ = v.Machines().Informer().AddEventHandler(c.loop.Handler())
+	_, _ = v.MachinePlans().Informer().AddEventHandler(c.loop.Handler())
+	return c
+}
+
+// Run plans until ctx ends.
+func (c *Controller) Run(ctx context.Context) {
+	c.loop.Run(ctx, resync, func(ctx context.Context) {
+		if err := c.reconcileAll(ctx); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "Planning clusters' Kubernetes")
+		}
+	})
+}
+
+func (c *Controller) reconcileAll(ctx context.Context) error {
+	clusters, err := c.clusters.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	machines, err := c.machines.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	plans, err := c.plans.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	planOf := map[string]*api.MachinePlan{}
+	for _, p := range plans {
+		planOf[p.Name] = p
+	}
+	var errs []string
+	planned := map[string]bool{}
+	for _, cl := range clusters {
+		if cl.Spec.Kubernetes == nil || cl.DeletionTimestamp != nil {
+			// The planner no longer plans this cluster: its machines'
+			// deletion waits for no member to leave.
+			for _, p := range plans {
+				if p.Labels[PlannerLabel] == cl.Name {
+					if err := c.release(ctx, p); err != nil {
+						errs = append(errs, err.Error())
+					}
+				}
+			}
+			continue
+		}
+		planned[cl.Name] = true
+		if err := c.reconcile(ctx, cl, machines, planOf); err != nil && ctx.Err() == nil {
+			errs = append(errs, fmt.Sprintf("cluster %s: %v", cl.Name, err))
+		}
+	}
+	// A deleted cluster's PKI is not kept in memory.
+	c.mu.Lock()
+	for name := range c.pkis {
+		if !planned[name] {
+			delete(c.pkis, name)
+		}
+	}
+	c.mu.Unlock()
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func internalIP(m *api.Machine) string {
+	for _, a := range m.Status.Addresses {
+		if a.Type == api.MachineInternalIP {
+			return a.Address
+		}
+	}
+	return ""
+}
+
+// someoneElses reports whether a plan the planner did not write is
+// someone else's: a plan set's, or one with content. The empty plan every
+// machine is given when it joins is nobody's, and the planner takes it.
+func someoneElses(p *api.MachinePlan) bool {
+	if p.Labels[PlannerLabel] != "" {
+		return false
+	}
+	s := p.Spec
+	return p.Labels[api.PlanSetLabel] != "" || len(s.Files) > 0 || len(s.Instructions) > 0 || len(s.Probes) > 0 || s.AgentUpgrade != nil
+}
+
+// probesHealthy: every probe of the plan's spec reports healthy.
+func probesHealthy(p *api.MachinePlan) bool {
+	healthy := map[string]bool{}
+	for _, s := range p.Status.Probes {
+		healthy[s.Name] = s.Healthy
+	}
+	for _, pr := range p.Spec.Probes {
+		if !healthy[pr.Name] {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Controller) reconcile(ctx context.Context, cl *api.Cluster, machines []*api.Machine, planOf map[string]*api.MachinePlan) error {
+	var nodes []node
+	var elsewhere []string
+	byName := map[string]*api.Machine{}
+	var members []string
+	isMember := map[string]bool{}
+	if cl.Status.Kubernetes != nil {
+		members = cl.Status.Kubernetes.EtcdMembers
+		for _, m := range members {
+			isMember[m] = true
+		}
+	}
+	for _, m := range machines {
+		// A deleted machine counts only while it is an etcd member whose
+		// host is still there (not yet Deleting): it must leave etcd first.
+		if m.DeletionTimestamp != nil && !(isMember[m.Name] && m.Spec.Cluster == cl.Name &&
+			m.Status.Phase != api.MachinePhaseDeleting && m.Status.Phase != api.MachinePhaseDeleted) {
+			continue
+		}
+		if m.Spec.Cluster != cl.Name {
+			for _, r := range m.Spec.Roles {
+				if (r == api.EtcdRole || r == api.ControlPlaneRole) && len(elsewhere) < 5 {
+					elsewhere = append(elsewhere, fmt.Sprintf("%s (role %s, cluster %s)", m.Name, r, m.Spec.Cluster))
+					break
+				}
+			}
+			continue
+		}
+		byName[m.Name] = m
+		n := node{name: m.Name, roles: map[string]bool{}, address: internalIP(m), deleting: m.DeletionTimestamp != nil}
+		for _, r := range m.Spec.Roles {
+			n.roles[r] = true
+		}
+		if p := planOf[m.Name]; p != nil {
+			if p.Labels[PlannerLabel] == cl.Name {
+				n.planned = true
+				n.failed = p.FailedForGood()
+				n.plannedStage = p.Labels[StageLabel]
+				if p.Applied() && probesHealthy(p) {
+					n.healthyStage = p.Labels[StageLabel]
+				}
+				for _, ps := range p.Status.Probes {
+					n.etcdHealthy = n.etcdHealthy || (ps.Name == "etcd" && ps.Healthy)
+				}
+			} else if someoneElses(p) && (n.roles[api.EtcdRole] || n.roles[api.ControlPlaneRole] || n.roles[api.WorkerRole]) {
+				n.foreign = true
+			}
+		}
+		nodes = append(nodes, n)
+	}
+	d := order(nodes, members, elsewhere)
+	for _, m := range d.release {
+		if p := planOf[m]; p != nil {
+			if err := c.release(ctx, p); err != nil {
+				return err
+			}
+		}
+	}
+	var writeErr error
+	if d.invalid == "" {
+		writeErr = c.writePlans(ctx, cl, d, byName, planOf)
+	}
+	if err := c.writeStatus(ctx, cl, d); err != nil {
+		return err
+	}
+	return writeErr
+}
+
+// clusterPKI returns the cluster's PKI: the one this leader made, else
+// the one in a plan it wrote, else a new one.
+func (c *Controller) clusterPKI(cl *api.Cluster, planOf map[string]*api.MachinePlan) (*clusterPKI, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.pkis[cl.Name]; p != nil {
+		return p, nil
+	}
+	names := make([]string, 0, len(planOf))
+	for n := range planOf {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if p := planOf[n]; p.Labels[PlannerLabel] == cl.Name {
+			if k := pkiFromPlan(p); k != nil {
+				c.pkis[cl.Name] = k
+				return k, nil
+			}
+		}
+	}
+	k, err := newClusterPKI(cl.Name)
+	if err != nil {
+		return nil, fmt.Errorf("making the cluster's CA and keys: %w", err)
+	}
+	c.pkis[cl.Name] = k
+	return k, nil
+}
+
+func (c *Controller) writePlans(ctx context.Context, cl *api.Cluster, d decision, byName map[string]*api.Machine, planOf map[string]*api.MachinePlan) error {
+	k, err := c.clusterPKI(cl, planOf)
+	if err != nil {
+		return err
+	}
+	var members []member
+	for _, m := range d.members {
+		members = append(members, member{name: m, address: internalIP(byName[m])})
+	}
+	// Workers talk to the first control-plane machine by name (all are
+	// healthy before any worker is planned).
+	var apiServer string
+	var cps []string
+	for name, s := range d.stages {
+		if s.apiServer {
+			cps = append(cps, name)
+		}
+	}
+	sort.Strings(cps)
+	if len(cps) > 0 {
+		apiServer = internalIP(byName[cps[0]])
+	}
+	names := make([]string, 0, len(d.stages))
+	for n := range d.stages {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var errs []string
+	for _, name := range names {
+		s := d.stages[name]
+		old := planOf[name]
+		existing := map[string]string{}
+		if old != nil && old.Labels[PlannerLabel] == cl.Name {
+			for _, f := range old.Spec.Files {
+				existing[path.Base(f.Path)] = f.Content
+			}
+		} else if old != nil && someoneElses(old) {
+			continue // order() waits on it
+		}
+		in := renderInput{cluster: cl.Name, spec: *cl.Spec.Kubernetes, machine: name, address: internalIP(byName[name]),
+			stage: s, allMembers: members, apiServer: apiServer, pki: k, bin: c.bin, existing: existing}
+		if s.etcdMember >= 0 {
+			in.members = members[:s.etcdMember+1]
+		}
+		spec, err := render(in)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		if err := c.writePlan(ctx, cl.Name, name, s.key(), spec, old); err != nil {
+			errs = append(errs, fmt.Sprintf("writing machine %s's plan: %v", name, err))
+		}
+	}
+	if len(cps) > 0 {
+		if err := c.writeAPI(ctx, cl, k); err != nil {
+			errs = append(errs, fmt.Sprintf("writing spec.kubernetesAPI: %v", err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// planMeta is what the planner marks a plan with: its own labels; on an
+// etcd member's, that the planner writes its drain plan (the Machine waits
+// for it when deleted: the member leaves etcd before its host goes); on
+// that drain plan, the drain label and deadline the lifecycle reads.
+func planMeta(p *metav1.ObjectMeta, cluster, stageKey string) {
+	if p.Labels == nil {
+		p.Labels = map[string]string{}
+	}
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Labels[PlannerLabel], p.Labels[StageLabel] = cluster, stageKey
+	delete(p.Annotations, api.PlanDrainByAnnotation)
+	switch {
+	case stageKey == "leave":
+		p.Labels[api.PlanDrainLabel] = "true"
+		if p.Annotations[api.PlanDrainDeadlineAnnotation] == "" {
+			p.Annotations[api.PlanDrainDeadlineAnnotation] = time.Now().Add(api.DefaultDrainTimeout).UTC().Format(time.RFC3339Nano)
+		}
+	case covers(stageKey, "etcd"):
+		p.Annotations[api.PlanDrainByAnnotation] = "planner"
+	}
+}
+
+func (c *Controller) writePlan(ctx context.Context, cluster, name, stageKey string, spec api.MachinePlanSpec, old *api.MachinePlan) error {
+	plans := c.client.MusterV1alpha1().MachinePlans()
+	if old == nil {
+		p := &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+		planMeta(&p.ObjectMeta, cluster, stageKey)
+		_, err := plans.Create(ctx, p, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil // the cache is behind: the next pass sees it
+		}
+		if err == nil {
+			klog.InfoS("Planner wrote a machine's plan", "cluster", cluster, "machine", name, "stage", stageKey)
+		}
+		return err
+	}
+	p := old.DeepCopy()
+	p.Spec = spec
+	planMeta(&p.ObjectMeta, cluster, stageKey)
+	if equality.Semantic.DeepEqual(old.Spec, p.Spec) && equality.Semantic.DeepEqual(old.Labels, p.Labels) && equality.Semantic.DeepEqual(old.Annotations, p.Annotations) {
+		return nil
+	}
+	_, err := plans.Update(ctx, p, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err == nil {
+		klog.InfoS("Planner changed a machine's plan", "cluster", cluster, "machine", name, "stage", stageKey)
+	}
+	return err
+}
+
+// release drops a plan's PlanDrainByAnnotation: its machine's deletion
+// no longer waits for the planner.
+func (c *Controller) release(ctx context.Context, p *api.MachinePlan) error {
+	if p.Annotations[api.PlanDrainByAnnotation] == "" {
+		return nil
+	}
+	next := p.DeepCopy()
+	delete(next.Annotations, api.PlanDrainByAnnotation)
+	_, err := c.client.MusterV1alpha1().MachinePlans().Update(ctx, next, metav1.UpdateOptions{})
+	if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("releasing machine %s's deletion: %w", p.Name, err)
+	}
+	return nil
+}
+
+// writeAPI points the cluster's spec.kubernetesAPI at the kube-apiserver
+// the planner starts: its CA, and a client certificate in system:masters
+// (allowed to impersonate) for the server's proxy. A credential the
+// cluster's CA signed is kept.
+func (c *Controller) writeAPI(ctx context.Context, cl *api.Cluster, k *clusterPKI) error {
+	port := int32(api.DefaultKubernetesAPIPort)
+	if cl.Spec.Kubernetes.APIServerPort != 0 {
+		port = cl.Spec.Kubernetes.APIServerPort
+	}
+	want := &api.ClusterKubernetesAPI{Port: port, CACertificate: string(k.ca.CertPEM)}
+	if cur := cl.Spec.KubernetesAPI; cur != nil && cur.CACertificate == want.CACertificate && signedBy(cur.Credential.ClientCertificate, k.ca) {
+		want.Credential = cur.Credential
+	} else {
+		cert, key, err := k.ca.IssueClient("muster-proxy", []string{"system:masters"}, certValidity)
+		if err != nil {
+			return err
+		}
+		want.Credential = api.ClusterAPICredential{ClientCertificate: string(cert), ClientKey: string(key)}
+	}
+	if equality.Semantic.DeepEqual(cl.Spec.KubernetesAPI, want) {
+		return nil
+	}
+	next := cl.DeepCopy()
+	next.Spec.KubernetesAPI = want
+	_, err := c.client.MusterV1alpha1().Clusters().Update(ctx, next, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
+func signedBy(certPEM string, ca *pki.CA) bool {
+	certs, err := pki.ParseCertsPEM([]byte(certPEM))
+	if err != nil {
+		return false
+	}
+	_, err = certs[0].Verify(x509.VerifyOptions{Roots: ca.CertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	return err == nil && time.Until(certs[0].NotAfter) > 30*24*time.Hour
+}
+
+func (c *Controller) writeStatus(ctx context.Context, cl *api.Cluster, d decision) error {
+	next := cl.DeepCopy()
+	st := &api.ClusterKubernetesStatus{Phase: d.phase, WaitingFor: d.waitingFor, Message: d.message, EtcdMembers: d.members}
+	next.Status.Kubernetes = st
+	set := func(t string, ok bool, reason, msg string) {
+		s := metav1.ConditionFalse
+		if ok {
+			s = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: cl.Generation})
+	}
+	switch {
+	case d.invalid != "":
+		set(CondRoles, false, "MissingRoles", d.invalid)
+	case len(d.warnings) > 0:
+		set(CondRoles, false, "Warning", strings.Join(d.warnings, "; "))
+	default:
+		set(CondRoles, true, "RolesComplete", "the machines' roles make a cluster")
+	}
+	for _, t := range []string{CondEtcd, CondControlPlane, CondWorkers} {
+		tr, ok := d.tiers[t]
+		switch {
+		case ok:
+			set(t, tr.done, tr.reason, tr.message)
+		case d.invalid != "":
+			set(t, false, "MissingRoles", "nothing is started: see "+CondRoles)
+		default:
+			set(t, false, "Waiting", "waiting for the tiers before it")
+		}
+	}
+	set(CondReady, d.phase == api.KubernetesPhaseReady, d.phase, d.message)
+	if equality.Semantic.DeepEqual(cl.Status, next.Status) {
+		return nil
+	}
+	if old := cl.Status.Kubernetes; old == nil || old.Phase != st.Phase {
+		klog.InfoS("Planner", "cluster", cl.Name, "phase", st.Phase, "waitingFor", st.WaitingFor)
+	}
+	_, err := c.client.MusterV1alpha1().Clusters().UpdateStatus(ctx, next, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}

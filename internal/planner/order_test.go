@@ -1,0 +1,150 @@
+package planner
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
+
+// n builds a machine for the tables: name, roles ("etcd,controlplane"),
+// and the stage its plan is applied and healthy at ("" for none).
+func n(name, roles, healthyAt string) node {
+	r := map[string]bool{}
+	for _, x := range strings.Split(roles, ",") {
+		if x != "" {
+			r[x] = true
+		}
+	}
+	return node{name: name, roles: r, address: "10.0.0." + name[len(name)-1:], planned: healthyAt != "", healthyStage: healthyAt, plannedStage: healthyAt}
+}
+
+// hm is n whose etcd probe passes; del marks a machine deleted.
+func hm(name, roles, healthyAt string) node {
+	x := n(name, roles, healthyAt)
+	x.etcdHealthy = true
+	return x
+}
+
+func del(x node) node { x.deleting = true; return x }
+
+// TestOrder: the planner's order, pass by pass: the first etcd member
+// bootstraps alone; the next joins only once every member is healthy, one
+// at a time; kube-apiserver starts on one control-plane machine at a time
+// once etcd is whole; workers get plans only once the control plane is up.
+func TestOrder(t *testing.T) {
+	const ecp = "etcd,controlplane"
+	for _, tc := range []struct {
+		name       string
+		nodes      []node
+		members    []string
+		wantStages map[string]string // machine -> stage key
+		wantPhase  string
+		wantWait   string
+		wantInMsg  string
+	}{
+		{"nothing planned: the first etcd machine by name bootstraps, alone",
+			[]node{n("m2", ecp, ""), n("m1", ecp, ""), n("m3", ecp, ""), n("w1", "worker", "")}, nil,
+			map[string]string{"m1": "etcd"}, api.KubernetesPhaseBootstrappingEtcd, "m1", "etcd /health"},
+		{"the first member not healthy yet: nobody else is planned",
+			[]node{n("m1", ecp, ""), n("m2", ecp, ""), n("m3", ecp, "")}, []string{"m1"},
+			map[string]string{"m1": "etcd"}, api.KubernetesPhaseBootstrappingEtcd, "m1", ""},
+		{"the first member healthy: the second joins, the third waits",
+			[]node{n("m1", ecp, "etcd"), n("m2", ecp, ""), n("m3", ecp, "")}, []string{"m1"},
+			map[string]string{"m1": "etcd", "m2": "etcd"}, api.KubernetesPhaseJoiningEtcd, "m2", ""},
+		{"etcd whole: kube-apiserver starts on the first control-plane machine only",
+			[]node{n("m1", ecp, "etcd"), n("m2", ecp, "etcd"), n("m3", ecp, "etcd"), n("w1", "worker", "")}, []string{"m1", "m2", "m3"},
+			map[string]string{"m1": "etcd-apiserver", "m2": "etcd", "m3": "etcd"}, api.KubernetesPhaseStartingControlPlane, "m1", "/readyz"},
+		{"the first kube-apiserver ready: the second starts",
+			[]node{n("m1", ecp, "etcd-apiserver"), n("m2", ecp, "etcd"), n("m3", ecp, "etcd")}, []string{"m1", "m2", "m3"},
+			map[string]string{"m1": "etcd-apiserver", "m2": "etcd-apiserver", "m3": "etcd"}, api.KubernetesPhaseStartingControlPlane, "m2", ""},
+		{"the control plane up: every worker gets its plan at once",
+			[]node{n("m1", ecp, "etcd-apiserver"), n("w1", "worker", ""), n("w2", "worker", "")}, []string{"m1"},
+			map[string]string{"m1": "etcd-apiserver", "w1": "worker", "w2": "worker"}, api.KubernetesPhaseJoiningWorkers, "w1", "kubelet credentials"},
+		{"separate roles: etcd-only members, then a control-plane-only machine",
+			[]node{n("e1", "etcd", "etcd"), n("c1", "controlplane", "")}, []string{"e1"},
+			map[string]string{"e1": "etcd", "c1": "apiserver"}, api.KubernetesPhaseStartingControlPlane, "c1", ""},
+		{"a plan that gained kube-apiserver, being applied, etcd's probe passing: the etcd gate holds",
+			[]node{{name: "m1", roles: map[string]bool{"etcd": true, "controlplane": true}, address: "10.0.0.1", planned: true, plannedStage: "etcd-apiserver", etcdHealthy: true}}, []string{"m1"},
+			map[string]string{"m1": "etcd-apiserver"}, api.KubernetesPhaseStartingControlPlane, "m1", "/readyz"},
+		{"the same with etcd's probe failing: back to waiting on etcd, and the plan keeps kube-apiserver",
+			[]node{{name: "m1", roles: map[string]bool{"etcd": true, "controlplane": true}, address: "10.0.0.1", planned: true, plannedStage: "etcd-apiserver"}}, []string{"m1"},
+			map[string]string{"m1": "etcd-apiserver"}, api.KubernetesPhaseBootstrappingEtcd, "m1", "etcd /health"},
+		{"a deleted member's machine: it leaves etcd first (its drain plan), while the others keep quorum",
+			[]node{hm("m1", ecp, "etcd-apiserver"), hm("m2", ecp, "etcd-apiserver"), del(hm("m3", ecp, "etcd-apiserver"))}, []string{"m1", "m2", "m3"},
+			map[string]string{"m1": "etcd-apiserver", "m2": "etcd-apiserver", "m3": "leave"}, api.KubernetesPhaseRemovingEtcd, "m3", "before its host goes"},
+		{"a deleted member whose removal would break quorum stays, and nothing leaves",
+			[]node{hm("m1", ecp, "etcd-apiserver"), n("m2", ecp, ""), del(hm("m3", ecp, "etcd-apiserver"))}, []string{"m1", "m2", "m3"},
+			map[string]string{"m1": "etcd-apiserver", "m2": "etcd"}, api.KubernetesPhaseRemovingEtcd, "m3", "below quorum"},
+		{"two deleted members: one leaves at a time, the first to have joined first",
+			[]node{hm("m1", ecp, "etcd-apiserver"), hm("m2", ecp, "etcd-apiserver"), hm("m3", ecp, "etcd-apiserver"), del(hm("m4", ecp, "etcd-apiserver")), del(hm("m5", ecp, "etcd-apiserver"))},
+			[]string{"m1", "m2", "m3", "m5", "m4"},
+			map[string]string{"m1": "etcd-apiserver", "m2": "etcd-apiserver", "m3": "etcd-apiserver", "m5": "leave"}, api.KubernetesPhaseRemovingEtcd, "m5", ""},
+		{"a member already leaving goes on before one that joined earlier starts",
+			[]node{hm("m1", ecp, "etcd-apiserver"), hm("m2", ecp, "etcd-apiserver"), hm("m3", ecp, "etcd-apiserver"), del(hm("m4", ecp, "etcd-apiserver")), func() node { x := del(hm("m5", ecp, "")); x.plannedStage = "leave"; return x }()},
+			[]string{"m1", "m2", "m3", "m4", "m5"},
+			map[string]string{"m1": "etcd-apiserver", "m2": "etcd-apiserver", "m3": "etcd-apiserver", "m5": "leave"}, api.KubernetesPhaseRemovingEtcd, "m5", ""},
+		{"a member that has left is no member: the cluster is whole again",
+			[]node{hm("m1", ecp, "etcd-apiserver"), hm("m2", ecp, "etcd-apiserver"), hm("m3", ecp, "etcd-apiserver"), del(hm("m4", ecp, "leave"))}, []string{"m1", "m2", "m3", "m4"},
+			map[string]string{"m1": "etcd-apiserver", "m2": "etcd-apiserver", "m3": "etcd-apiserver"}, api.KubernetesPhaseReady, "", "3 etcd members"},
+		{"the only member's machine deleted: etcd goes with it, nothing planned",
+			[]node{del(hm("m1", ecp, "etcd-apiserver")), n("m2", ecp, "")}, []string{"m1"},
+			map[string]string{}, api.KubernetesPhaseRemovingEtcd, "", "etcd goes with them"},
+		{"all healthy: Ready",
+			[]node{n("m1", ecp, "etcd-apiserver"), n("w1", "worker", "worker")}, []string{"m1"},
+			map[string]string{"m1": "etcd-apiserver", "w1": "worker"}, api.KubernetesPhaseReady, "", "1 etcd members, 1 control-plane machines, 1 workers"},
+		{"a joining etcd machine without an address yet: waited on, not planned",
+			[]node{n("m1", ecp, "etcd"), {name: "m2", roles: map[string]bool{"etcd": true}}}, []string{"m1"},
+			map[string]string{"m1": "etcd"}, api.KubernetesPhaseJoiningEtcd, "m2", "has not reported an address"},
+		{"a machine with a plan the planner did not write: waited on, never planned",
+			[]node{n("m1", ecp, "etcd"), {name: "m2", roles: map[string]bool{"etcd": true}, address: "10.0.0.2", foreign: true}}, []string{"m1"},
+			map[string]string{"m1": "etcd"}, api.KubernetesPhaseJoiningEtcd, "m2", "did not write"},
+		{"no etcd machine: Invalid, nothing planned",
+			[]node{n("c1", "controlplane", ""), n("w1", "worker", "")}, nil,
+			map[string]string{}, api.KubernetesPhaseInvalid, "", "no machine with role etcd"},
+		{"no control-plane machine: Invalid, nothing planned",
+			[]node{n("e1", "etcd", "")}, nil,
+			map[string]string{}, api.KubernetesPhaseInvalid, "", "no machine with role controlplane"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := order(tc.nodes, tc.members, nil)
+			got := map[string]string{}
+			for m, s := range d.stages {
+				got[m] = s.key()
+			}
+			if !reflect.DeepEqual(got, tc.wantStages) {
+				t.Errorf("stages %v; want %v", got, tc.wantStages)
+			}
+			if d.phase != tc.wantPhase || d.waitingFor != tc.wantWait {
+				t.Errorf("phase %s waiting for %q; want %s waiting for %q (%s)", d.phase, d.waitingFor, tc.wantPhase, tc.wantWait, d.message)
+			}
+			if !strings.Contains(d.message, tc.wantInMsg) {
+				t.Errorf("message %q does not say %q", d.message, tc.wantInMsg)
+			}
+		})
+	}
+}
+
+// TestOrderTeardown: when every member's machine was deleted (the pool or
+// the cluster goes), no member leaves first: their deletions are released.
+func TestOrderTeardown(t *testing.T) {
+	d := order([]node{del(hm("m1", "etcd,controlplane", "etcd-apiserver")), del(hm("m2", "etcd,controlplane", "etcd-apiserver"))}, []string{"m1", "m2"}, nil)
+	if !reflect.DeepEqual(d.release, []string{"m1", "m2"}) || len(d.stages) != 0 || d.phase != api.KubernetesPhaseRemovingEtcd {
+		t.Errorf("every member deleted: release %v, stages %v, phase %s; want both released, nothing planned", d.release, d.stages, d.phase)
+	}
+}
+
+// TestOrderWarnings: an even etcd count is warned of, and the planner goes
+// on; a cluster without roles names the machines of other clusters that
+// have them, which do not count.
+func TestOrderWarnings(t *testing.T) {
+	d := order([]node{n("m1", "etcd,controlplane", ""), n("m2", "etcd", "")}, nil, nil)
+	if len(d.warnings) != 1 || !strings.Contains(d.warnings[0], "2 etcd machines: an even count") || d.phase != api.KubernetesPhaseBootstrappingEtcd {
+		t.Errorf("two etcd machines: warnings %q, phase %s; want the even count warned of and etcd bootstrapping", d.warnings, d.phase)
+	}
+	d = order([]node{n("w1", "worker", "")}, nil, []string{"x1 (role etcd, cluster other)"})
+	if d.phase != api.KubernetesPhaseInvalid || !strings.Contains(d.invalid, "machines of other clusters do not count: x1 (role etcd, cluster other)") {
+		t.Errorf("a role on another cluster's machine: %s %q", d.phase, d.invalid)
+	}
+}

@@ -1,0 +1,566 @@
+package planner
+
+import (
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/muster-io/muster/internal/pki"
+	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
+)
+
+// BaseDir is where a machine's plan puts its Kubernetes files: one
+// directory per cluster and machine, so that machines sharing a host (the
+// process driver's) never share one.
+const BaseDir = "/var/lib/muster-kubernetes"
+
+// Ports of an etcd member on its machine's address.
+const (
+	etcdClientPort  = 2379
+	etcdPeerPort    = 2380
+	etcdMetricsPort = 2381 // loopback only, plain HTTP: the /health probe's
+)
+
+// certValidity is how long the certificates the planner issues last.
+// Rotation is not planned yet (docs/clusters.md says so).
+const certValidity = 365 * 24 * time.Hour
+
+// clusterPKI is one cluster's secrets: its CA (which signs every
+// certificate of the cluster: etcd's, kube-apiserver's, the clients'), the
+// service-account signing key and the workers' bootstrap token. It lives
+// in the plans of the cluster's etcd and control-plane machines (which
+// need it, as an RKE2 server does), where plans are encrypted at rest when
+// the server encrypts them and redacted for viewers, and is recovered
+// from them by a new leader.
+type clusterPKI struct {
+	ca          *pki.CA
+	caKeyPEM    []byte
+	saKeyPEM    []byte
+	saPubPEM    []byte
+	tokenID     string
+	tokenSecret string
+}
+
+// Files of the PKI in a server machine's plan, under its pki/ directory.
+const (
+	fileCACert   = "ca.crt"
+	fileCAKey    = "ca.key"
+	fileSAKey    = "sa.key"
+	fileSAPub    = "sa.pub"
+	fileToken    = "bootstrap-token"
+	tokenIDChars = "abcdefghijklmnopqrstuvwxyz0123456789"
+)
+
+func newClusterPKI(cluster string) (*clusterPKI, error) {
+	ca, err := pki.NewCA("kubernetes-ca-" + cluster)
+	if err != nil {
+		return nil, err
+	}
+	caKey, err := ca.KeyPEM()
+	if err != nil {
+		return nil, err
+	}
+	sa, saPEM, err := pki.NewPrivateKey()
+	if err != nil {
+		return nil, err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(sa.Public())
+	if err != nil {
+		return nil, err
+	}
+	id, err := randomString(6)
+	if err != nil {
+		return nil, err
+	}
+	secret, err := randomString(16)
+	if err != nil {
+		return nil, err
+	}
+	return &clusterPKI{ca: ca, caKeyPEM: caKey, saKeyPEM: saPEM,
+		saPubPEM: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), tokenID: id, tokenSecret: secret}, nil
+}
+
+// pkiFromPlan recovers a cluster's PKI from a server machine's plan.
+func pkiFromPlan(p *api.MachinePlan) *clusterPKI {
+	files := map[string]string{}
+	for _, f := range p.Spec.Files {
+		files[path.Base(f.Path)] = f.Content
+	}
+	ca, err := pki.LoadCA([]byte(files[fileCACert]), []byte(files[fileCAKey]))
+	if err != nil || files[fileSAKey] == "" || files[fileSAPub] == "" {
+		return nil
+	}
+	id, secret, ok := strings.Cut(strings.TrimSpace(files[fileToken]), ".")
+	if !ok || len(id) != 6 || len(secret) != 16 {
+		return nil
+	}
+	return &clusterPKI{ca: ca, caKeyPEM: []byte(files[fileCAKey]), saKeyPEM: []byte(files[fileSAKey]),
+		saPubPEM: []byte(files[fileSAPub]), tokenID: id, tokenSecret: secret}
+}
+
+// randomString is n characters a bootstrap token may hold ([a-z0-9]).
+func randomString(n int) (string, error) {
+	var b strings.Builder
+	for range n {
+		i, err := rand.Int(rand.Reader, big.NewInt(int64(len(tokenIDChars))))
+		if err != nil {
+			return "", err
+		}
+		b.WriteByte(tokenIDChars[i.Int64()])
+	}
+	return b.String(), nil
+}
+
+// Binaries are where a plan finds the programs it runs on the machine.
+type Binaries struct {
+	// Dir, when set, holds etcd, kube-apiserver and kubectl; unset, the
+	// plan runs them from the machine's PATH. It is a stand-in for
+	// binaries the plan would download pinned by sha256, which the planner
+	// does not do yet (docs/clusters.md).
+	Dir string
+}
+
+func (b Binaries) path(name string) string {
+	if b.Dir == "" {
+		return name
+	}
+	return path.Join(b.Dir, name)
+}
+
+// member is an etcd member as another machine's plan names it.
+type member struct{ name, address string }
+
+// renderInput is everything one machine's plan is made from.
+type renderInput struct {
+	cluster string
+	spec    api.ClusterKubernetes
+	machine string
+	address string
+	stage   stage
+	// members are the etcd members up to and including this machine, in
+	// join order, for its etcd; allMembers every member, for its
+	// kube-apiserver; apiServer the address a worker's kubelet talks to.
+	members    []member
+	allMembers []member
+	apiServer  string
+	pki        *clusterPKI
+	bin        Binaries
+	// existing is the machine's current plan's files by base name: a
+	// certificate that is still right is kept, so that a plan does not
+	// change (and restart the machine's processes) on every pass.
+	existing map[string]string
+}
+
+func (in renderInput) dir() string { return path.Join(BaseDir, in.cluster, in.machine) }
+
+func (in renderInput) apiPort() int32 {
+	if in.spec.APIServerPort != 0 {
+		return in.spec.APIServerPort
+	}
+	return api.DefaultKubernetesAPIPort
+}
+
+// render makes the machine's plan spec for its stage.
+func render(in renderInput) (api.MachinePlanSpec, error) {
+	d := in.dir()
+	var spec api.MachinePlanSpec
+	spec.MaxFailures = 5
+	file := func(name, content string, mode int32) {
+		spec.Files = append(spec.Files, api.PlanFile{Path: path.Join(d, name), Content: content, Mode: mode})
+	}
+	ip := net.ParseIP(in.address)
+	if ip == nil {
+		return spec, fmt.Errorf("machine %s's address %q is not an IP address", in.machine, in.address)
+	}
+	server := in.stage.etcdMember >= 0 || in.stage.apiServer
+	file("pki/"+fileCACert, string(in.pki.ca.CertPEM), 0o644)
+	if in.stage.leave {
+		// The drain plan of a deleted member's machine: leave etcd
+		// through another member, then stop what the machine runs.
+		cert, key, err := in.keep("etcd", func() ([]byte, []byte, error) {
+			return in.pki.ca.IssuePeer("etcd-"+in.machine, []string{"localhost"}, []net.IP{ip, net.ParseIP("127.0.0.1")}, certValidity)
+		}, ip)
+		if err != nil {
+			return spec, err
+		}
+		file("pki/etcd.crt", cert, 0o644)
+		file("pki/etcd.key", key, 0o600)
+		file("etcd-leave.sh", in.etcdLeaveScript(), 0o700)
+		spec.Instructions = []api.PlanInstruction{{Name: "etcd-member-remove", Command: "/bin/sh",
+			Args: []string{path.Join(d, "etcd-leave.sh")}, TimeoutSeconds: 120, SaveOutput: true}}
+		sort.Slice(spec.Files, func(i, j int) bool { return spec.Files[i].Path < spec.Files[j].Path })
+		return spec, nil
+	}
+	if server {
+		file("pki/"+fileCAKey, string(in.pki.caKeyPEM), 0o600)
+		file("pki/"+fileSAKey, string(in.pki.saKeyPEM), 0o600)
+		file("pki/"+fileSAPub, string(in.pki.saPubPEM), 0o644)
+		file("pki/"+fileToken, in.pki.tokenID+"."+in.pki.tokenSecret+"\n", 0o600)
+	}
+	file("run.sh", runScript, 0o700)
+	loopback := []net.IP{ip, net.ParseIP("127.0.0.1")}
+	if in.stage.etcdMember >= 0 {
+		cert, key, err := in.keep("etcd", func() ([]byte, []byte, error) {
+			return in.pki.ca.IssuePeer("etcd-"+in.machine, []string{"localhost"}, loopback, certValidity)
+		}, ip)
+		if err != nil {
+			return spec, err
+		}
+		file("pki/etcd.crt", cert, 0o644)
+		file("pki/etcd.key", key, 0o600)
+		file("etcd.cmd", in.etcdCommand(), 0o600)
+		if in.stage.etcdMember > 0 {
+			file("etcd-join.sh", in.etcdJoinScript(), 0o700)
+			spec.Instructions = append(spec.Instructions, api.PlanInstruction{Name: "etcd-member-add", Command: "/bin/sh",
+				Args: []string{path.Join(d, "etcd-join.sh")}, TimeoutSeconds: 150, SaveOutput: true})
+		}
+		spec.Instructions = append(spec.Instructions, api.PlanInstruction{Name: "etcd", Command: "/bin/sh",
+			Args: []string{path.Join(d, "run.sh"), "etcd"}, TimeoutSeconds: 60})
+		spec.Probes = append(spec.Probes, api.PlanProbe{Name: "etcd", PeriodSeconds: 1, FailureThreshold: 3,
+			HTTPGet: &api.HTTPGetProbe{URL: fmt.Sprintf("http://127.0.0.1:%d/health", etcdMetricsPort)}})
+	}
+	if in.stage.apiServer {
+		_, svc, err := net.ParseCIDR(in.serviceCIDR())
+		if err != nil {
+			return spec, err
+		}
+		first := make(net.IP, len(svc.IP.To4()))
+		copy(first, svc.IP.To4())
+		first[len(first)-1]++
+		cert, key, err := in.keep("apiserver", func() ([]byte, []byte, error) {
+			return in.pki.ca.IssueServing("kube-apiserver",
+				[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+				append(loopback, first), certValidity)
+		}, ip)
+		if err != nil {
+			return spec, err
+		}
+		file("pki/apiserver.crt", cert, 0o644)
+		file("pki/apiserver.key", key, 0o600)
+		for _, c := range []struct{ name, cn string }{{"apiserver-etcd-client", "kube-apiserver-etcd-client"}, {"admin", "muster-planner-admin"}} {
+			cert, key, err := in.keep(c.name, func() ([]byte, []byte, error) {
+				groups := []string(nil)
+				if c.name == "admin" {
+					groups = []string{"system:masters"}
+				}
+				return in.pki.ca.IssueClient(c.cn, groups, certValidity)
+			}, nil)
+			if err != nil {
+				return spec, err
+			}
+			file("pki/"+c.name+".crt", cert, 0o644)
+			file("pki/"+c.name+".key", key, 0o600)
+		}
+		file("admin.kubeconfig", kubeconfig(fmt.Sprintf("https://127.0.0.1:%d", in.apiPort()), path.Join(d, "pki", fileCACert),
+			"client-certificate: "+path.Join(d, "pki/admin.crt")+"\n    client-key: "+path.Join(d, "pki/admin.key")), 0o600)
+		file("bootstrap.yaml", in.bootstrapManifest(), 0o600)
+		file("kube-apiserver.cmd", in.apiServerCommand(), 0o600)
+		spec.Instructions = append(spec.Instructions,
+			api.PlanInstruction{Name: "kube-apiserver-version", Command: "/bin/sh", Args: []string{"-c", in.versionCheck()}, TimeoutSeconds: 30, SaveOutput: true},
+			api.PlanInstruction{Name: "kube-apiserver", Command: "/bin/sh", Args: []string{path.Join(d, "run.sh"), "kube-apiserver"}, TimeoutSeconds: 60},
+			// Applied on every control-plane machine: apply is idempotent,
+			// and the first one up makes the cluster's bootstrap objects.
+			api.PlanInstruction{Name: "bootstrap-objects", Command: "/bin/sh", Args: []string{"-c", retry(120,
+				fmt.Sprintf("%s --kubeconfig %s apply -f %s", in.bin.path("kubectl"), path.Join(d, "admin.kubeconfig"), path.Join(d, "bootstrap.yaml")))},
+				TimeoutSeconds: 180})
+		spec.Probes = append(spec.Probes, api.PlanProbe{Name: "kube-apiserver", PeriodSeconds: 1, FailureThreshold: 3,
+			// On the machine's loopback, which its serving certificate
+			// names; /readyz is open to anyone (system:public-info-viewer).
+			HTTPGet: &api.HTTPGetProbe{URL: fmt.Sprintf("https://127.0.0.1:%d/readyz", in.apiPort()), InsecureSkipVerify: true}})
+	}
+	if in.stage.worker {
+		file("bootstrap.kubeconfig", kubeconfig("https://"+net.JoinHostPort(in.apiServer, fmt.Sprint(in.apiPort())), path.Join(d, "pki", fileCACert),
+			"token: "+in.pki.tokenID+"."+in.pki.tokenSecret), 0o600)
+		file("kubelet-bootstrap.sh", in.kubeletBootstrapScript(), 0o700)
+		spec.Instructions = append(spec.Instructions, api.PlanInstruction{Name: "kubelet-bootstrap", Command: "/bin/sh",
+			Args: []string{path.Join(d, "kubelet-bootstrap.sh")}, TimeoutSeconds: 120, SaveOutput: true})
+	}
+	sort.Slice(spec.Files, func(i, j int) bool { return spec.Files[i].Path < spec.Files[j].Path })
+	return spec, nil
+}
+
+func (in renderInput) serviceCIDR() string {
+	if in.spec.ServiceCIDR != "" {
+		return in.spec.ServiceCIDR
+	}
+	return api.DefaultServiceCIDR
+}
+
+// keep returns the machine's existing certificate NAME.crt and key if the
+// cluster's CA signed it, it has a month left, and (for a serving one) it
+// names ip; else a new one from issue.
+func (in renderInput) keep(name string, issue func() ([]byte, []byte, error), ip net.IP) (string, string, error) {
+	certPEM, keyPEM := in.existing[name+".crt"], in.existing[name+".key"]
+	if certPEM != "" && keyPEM != "" {
+		if certs, err := pki.ParseCertsPEM([]byte(certPEM)); err == nil {
+			c := certs[0]
+			_, verr := c.Verify(x509.VerifyOptions{Roots: in.pki.ca.CertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+			names := ip == nil
+			for _, a := range c.IPAddresses {
+				names = names || a.Equal(ip)
+			}
+			if verr == nil && names && time.Until(c.NotAfter) > 30*24*time.Hour {
+				return certPEM, keyPEM, nil
+			}
+		}
+	}
+	c, k, err := issue()
+	return string(c), string(k), err
+}
+
+func (in renderInput) etcdCommand() string {
+	d, a := in.dir(), in.address
+	var initial []string
+	for _, m := range in.members {
+		initial = append(initial, fmt.Sprintf("%s=https://%s", m.name, net.JoinHostPort(m.address, fmt.Sprint(etcdPeerPort))))
+	}
+	state := "new"
+	if in.stage.etcdMember > 0 {
+		state = "existing"
+	}
+	p := path.Join(d, "pki")
+	return fmt.Sprintf(`exec %s --name %s --data-dir %s \
+  --listen-client-urls https://%s:%d,https://127.0.0.1:%d --advertise-client-urls https://%s:%d \
+  --listen-peer-urls https://%s:%d --initial-advertise-peer-urls https://%s:%d \
+  --listen-metrics-urls http://127.0.0.1:%d \
+  --initial-cluster %s --initial-cluster-state %s --initial-cluster-token %s \
+  --cert-file %s/etcd.crt --key-file %s/etcd.key --trusted-ca-file %s/ca.crt --client-cert-auth \
+  --peer-cert-file %s/etcd.crt --peer-key-file %s/etcd.key --peer-trusted-ca-file %s/ca.crt --peer-client-cert-auth
+`, in.bin.path("etcd"), in.machine, path.Join(d, "etcd-data"),
+		a, etcdClientPort, etcdClientPort, a, etcdClientPort,
+		a, etcdPeerPort, a, etcdPeerPort, etcdMetricsPort,
+		strings.Join(initial, ","), state, in.cluster, p, p, p, p, p, p)
+}
+
+// etcdJoinScript adds the machine to etcd's member list through a member
+// already there (the etcd v3 API's JSON gateway), before its etcd starts:
+// etcd refuses a member it was not told of. It does nothing if the member
+// is listed already (a plan run again).
+func (in renderInput) etcdJoinScript() string {
+	p := path.Join(in.dir(), "pki")
+	peer := fmt.Sprintf("https://%s", net.JoinHostPort(in.address, fmt.Sprint(etcdPeerPort)))
+	var others []string
+	for _, m := range in.members {
+		if m.name != in.machine {
+			others = append(others, net.JoinHostPort(m.address, fmt.Sprint(etcdClientPort)))
+		}
+	}
+	return fmt.Sprintf(`#!/bin/sh
+# Adds this machine (%[1]s, peer URL %[2]s) to etcd's members, through the first member that answers.
+# etcd refuses a member add until every member has been connected for a
+# few seconds (its strict reconfiguration check), so the add is retried.
+set -u
+c="curl -sS --fail --max-time 10 --cacert %[4]s/ca.crt --cert %[4]s/etcd.crt --key %[4]s/etcd.key"
+added=""
+for i in $(seq 90); do
+  for ep in %[3]s; do
+    list=$($c -X POST https://$ep/v3/cluster/member/list -d '{}') || continue
+    case "$list" in *'"%[2]s"'*) echo "a member (through $ep)"; added=1; break;; esac
+    $c -X POST https://$ep/v3/cluster/member/add -d '{"peerURLs":["%[2]s"]}' >/dev/null && { echo "added through $ep"; added=1; break; }
+  done
+  [ -n "$added" ] && break
+  sleep 1
+done
+if [ -z "$added" ]; then
+  echo "no etcd member (%[3]s) added %[1]s in 90 s: is the cluster's etcd healthy? see the members' MachinePlans" >&2
+  exit 1
+fi
+# A new member asks its peers for the member list when it starts and
+# stops if one of them does not list it yet: wait until every one does.
+for i in $(seq 30); do
+  all=1
+  for ep in %[3]s; do
+    case "$($c -X POST https://$ep/v3/cluster/member/list -d '{}' 2>/dev/null)" in *'"%[2]s"'*) ;; *) all="";; esac
+  done
+  [ -n "$all" ] && exit 0
+  sleep 1
+done
+echo "added, but not every member lists %[1]s after 30 s" >&2
+exit 1
+`, in.machine, peer, strings.Join(others, " "), p)
+}
+
+// etcdLeaveScript removes the machine from etcd's members through another
+// member (found by its peer URL), then stops its etcd and kube-apiserver.
+func (in renderInput) etcdLeaveScript() string {
+	p := path.Join(in.dir(), "pki")
+	peer := fmt.Sprintf("https://%s", net.JoinHostPort(in.address, fmt.Sprint(etcdPeerPort)))
+	var others []string
+	for _, m := range in.allMembers {
+		if m.name != in.machine {
+			others = append(others, net.JoinHostPort(m.address, fmt.Sprint(etcdClientPort)))
+		}
+	}
+	return fmt.Sprintf(`#!/bin/sh
+# Removes this machine (%[1]s, peer URL %[2]s) from etcd's members, then stops it.
+set -u
+d=%[5]s
+c="curl -sS --fail --max-time 10 --cacert %[4]s/ca.crt --cert %[4]s/etcd.crt --key %[4]s/etcd.key"
+gone=""
+for i in $(seq 60); do
+  for ep in %[3]s; do
+    list=$($c -X POST https://$ep/v3/cluster/member/list -d '{}') || continue
+    id=$(printf '%%s' "$list" | tr '{' '\n' | grep -F '"%[2]s"' | sed -n 's/.*"ID":"*\([0-9][0-9]*\).*/\1/p' | head -n 1)
+    if [ -z "$id" ]; then echo "not a member (through $ep)"; gone=1; break; fi
+    if $c -X POST https://$ep/v3/cluster/member/remove -d "{\"ID\":\"$id\"}" >/dev/null; then echo "removed member $id through $ep"; gone=1; break; fi
+  done
+  [ -n "$gone" ] && break
+  sleep 1
+done
+if [ -z "$gone" ]; then echo "no etcd member (%[3]s) removed %[1]s in 60 s: is the cluster's etcd healthy?" >&2; exit 1; fi
+for n in kube-apiserver etcd; do
+  [ -f $d/$n.pid ] && kill "$(cat $d/$n.pid)" 2>/dev/null || true
+done
+exit 0
+`, in.machine, peer, strings.Join(others, " "), p, in.dir())
+}
+
+func (in renderInput) apiServerCommand() string {
+	d := in.dir()
+	p := path.Join(d, "pki")
+	// A control-plane machine that is an etcd member talks to its own
+	// member only (kubeadm's stacked etcd): its command, and so its
+	// process, stays the same when members join. One that is not talks
+	// to every member, and is restarted when they change.
+	var etcd []string
+	if in.stage.etcdMember >= 0 {
+		etcd = []string{fmt.Sprintf("https://127.0.0.1:%d", etcdClientPort)}
+	} else {
+		for _, m := range in.allMembers {
+			etcd = append(etcd, "https://"+net.JoinHostPort(m.address, fmt.Sprint(etcdClientPort)))
+		}
+	}
+	return fmt.Sprintf(`exec %s --etcd-servers=%s \
+  --etcd-cafile=%s/ca.crt --etcd-certfile=%s/apiserver-etcd-client.crt --etcd-keyfile=%s/apiserver-etcd-client.key \
+  --bind-address=0.0.0.0 --secure-port=%d --advertise-address=%s \
+  --tls-cert-file=%s/apiserver.crt --tls-private-key-file=%s/apiserver.key --client-ca-file=%s/ca.crt \
+  --service-account-issuer=https://kubernetes.default.svc --service-account-key-file=%s/sa.pub --service-account-signing-key-file=%s/sa.key \
+  --service-cluster-ip-range=%s --authorization-mode=Node,RBAC --enable-bootstrap-token-auth \
+  --cert-dir=%s
+`, in.bin.path("kube-apiserver"), strings.Join(etcd, ","), p, p, p, in.apiPort(), in.address, p, p, p, p, p,
+		in.serviceCIDR(), path.Join(d, "apiserver-certs"))
+}
+
+// versionCheck fails the plan, saying what it found, when the machine's
+// kube-apiserver is not the version the cluster asks for.
+func (in renderInput) versionCheck() string {
+	return fmt.Sprintf(`v=$(%[1]s --version 2>&1) || { echo "cannot run %[1]s: $v" >&2; exit 1; }
+[ "$v" = "Kubernetes %[2]s" ] || { echo "%[1]s is $v; the cluster asks for %[2]s (spec.kubernetes.version): install that version, or change the version" >&2; exit 1; }
+echo "$v"`, in.bin.path("kube-apiserver"), in.spec.Version)
+}
+
+// bootstrapManifest is what the first control-plane machine up makes in
+// the cluster: the workers' bootstrap token and what it may do (create a
+// CSR for its kubelet), and Muster's administrators as cluster-admin and
+// viewers as view, whom the server impersonates through its proxy.
+func (in renderInput) bootstrapManifest() string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Secret
+metadata: {name: bootstrap-token-%[1]s, namespace: kube-system}
+type: bootstrap.kubernetes.io/token
+stringData:
+  token-id: %[1]s
+  token-secret: %[2]s
+  usage-bootstrap-authentication: "true"
+  usage-bootstrap-signing: "true"
+  auth-extra-groups: system:bootstrappers:muster:worker
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: muster:kubelet-bootstrap}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:node-bootstrapper}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: system:bootstrappers}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: muster:node-autoapprove-bootstrap}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:certificates.k8s.io:certificatesigningrequests:nodeclient}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: system:bootstrappers}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: muster:admins}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "muster:admins"}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: muster:viewers}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "muster:viewers"}]
+`, in.pki.tokenID, in.pki.tokenSecret)
+}
+
+// kubeletBootstrapScript does, with the worker's bootstrap credentials,
+// what a kubelet's TLS bootstrap does first: it makes a key and asks the
+// cluster for a client certificate as system:node:<machine> (a CSR for
+// signer kubernetes.io/kube-apiserver-client-kubelet). No container
+// runtime runs here, so no kubelet does; this proves the credentials.
+func (in renderInput) kubeletBootstrapScript() string {
+	d := in.dir()
+	return fmt.Sprintf(`#!/bin/sh
+set -eu
+d=%[1]s
+k="%[2]s --kubeconfig $d/bootstrap.kubeconfig"
+[ -f $d/kubelet.key ] || openssl ecparam -name prime256v1 -genkey -noout -out $d/kubelet.key
+req=$(openssl req -new -key $d/kubelet.key -subj "/O=system:nodes/CN=system:node:%[3]s" | base64 | tr -d '\n')
+for i in $(seq 60); do
+  if $k get csr node-csr-%[3]s >/dev/null 2>&1; then echo "CSR node-csr-%[3]s is in the cluster"; exit 0; fi
+  printf 'apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata: {name: node-csr-%[3]s}\nspec:\n  signerName: kubernetes.io/kube-apiserver-client-kubelet\n  usages: [digital signature, client auth]\n  request: %%s\n' "$req" | $k create -f - && exit 0
+  sleep 1
+done
+echo "the cluster's API at %[4]s did not take this worker's CSR with its bootstrap token for 60 s" >&2
+exit 1
+`, d, in.bin.path("kubectl"), in.machine, in.apiServer)
+}
+
+func kubeconfig(server, caFile, user string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: cluster
+  cluster:
+    server: %s
+    certificate-authority: %s
+users:
+- name: user
+  user:
+    %s
+contexts:
+- name: default
+  context: {cluster: cluster, user: user}
+current-context: default
+`, server, caFile, user)
+}
+
+// retry runs cmd until it succeeds, once a second, at most n times.
+func retry(n int, cmd string) string {
+	return fmt.Sprintf(`for i in $(seq %d); do %s && exit 0; sleep 1; done; exit 1`, n, cmd)
+}
+
+// runScript starts NAME.cmd (beside it) in its own session, as a service
+// manager would, unless the process it started last from the very same
+// command still runs: a plan run again does not restart what is up, and
+// a changed command restarts it.
+const runScript = `#!/bin/sh
+set -eu
+d=$(dirname "$0"); n=$1
+cmd="$d/$n.cmd"; pidf="$d/$n.pid"; sumf="$d/$n.sum"
+sum=$(sha256sum "$cmd" | cut -d' ' -f1)
+if [ -f "$pidf" ] && kill -0 "$(cat "$pidf")" 2>/dev/null; then
+  if [ "$(cat "$sumf" 2>/dev/null)" = "$sum" ]; then echo "$n runs"; exit 0; fi
+  pid=$(cat "$pidf"); kill "$pid" || true
+  for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  kill -9 "$pid" 2>/dev/null || true
+fi
+setsid /bin/sh "$cmd" >"$d/$n.log" 2>&1 </dev/null &
+echo $! >"$pidf"; echo "$sum" >"$sumf"
+echo "$n started"
+`
