@@ -36,9 +36,12 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/muster-io/muster/internal/simulate"
@@ -295,7 +298,13 @@ func planRound(t *testing.T, c clientset.Interface, names []string, tag string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := plans.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	// The updates below come first and the events are read after them, so
+	// at full scale the server ends this watcher as too slow (its buffer
+	// fills): the retry watcher resumes from the last event it delivered,
+	// as an informer would, and nothing is missed.
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return plans.Watch(ctx, o) },
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,6 +351,9 @@ func planRound(t *testing.T, c clientset.Interface, names []string, tag string) 
 		case ev, ok := <-w.ResultChan():
 			if !ok {
 				t.Fatal("plan watch closed")
+			}
+			if ev.Type == watch.Error {
+				t.Fatalf("plan watch ended: %v", apierrors.FromObject(ev.Object))
 			}
 			p, isPlan := ev.Object.(*api.MachinePlan)
 			if !isPlan || ev.Type != watch.Modified {
