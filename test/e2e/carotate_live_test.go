@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/muster-io/muster/internal/liveness"
 	"github.com/muster-io/muster/internal/testenv/pgtest"
 )
 
@@ -166,14 +167,24 @@ func TestCARotationLive(t *testing.T) {
 
 // TestCARotationLiveHA: with two servers on one PostgreSQL database, a
 // rotation run against one server's data dir reaches both running servers:
-// both serve the two CAs on /cacerts, and after --retire both serve a
-// certificate of the new CA, refuse the old admin kubeconfig, and accept
-// the new admin certificate, without a restart.
+// both serve the two CAs on /cacerts, the agent of each renews under the
+// new CA, and after --retire both serve a certificate of the new CA,
+// refuse the old admin kubeconfig, accept the new admin certificate, and
+// still call each other (the leader counts the other server's agent as
+// connected from its liveness report, fetched over the peer TLS), without
+// a restart.
 func TestCARotationLiveHA(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.DSN(t)
 	servers := startHA(t, dsn, 2)
 	oldCA := servers[0].caPEM(t)
+	// One agent on each server.
+	dirs := []string{t.TempDir(), t.TempDir()}
+	for i, s := range servers {
+		name := fmt.Sprintf("live-ha-%d", i+1)
+		a := startAgent(t, s, dirs[i], "--token", newToken(t, servers[0]), "--node-name", name, "--ca-check-interval", "1s")
+		a.waitOutput("running as machine "+name, 90*time.Second)
+	}
 	oldKubeconfig, err := os.ReadFile(servers[0].kubeconfig())
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +213,14 @@ func TestCARotationLiveHA(t *testing.T) {
 		})
 	}
 
-	rotate("--retire", "--force")
+	waitFor(t, 60*time.Second, "the agents of both servers to hold a certificate of the new CA", func() bool {
+		return signedBy(filepath.Join(dirs[0], "client.crt"), newCA) && signedBy(filepath.Join(dirs[1], "client.crt"), newCA)
+	})
+
+	rotate("--retire")
+	retired := time.Now()
+	// Where each server's log stood at --retire.
+	logMarks := []int{len(servers[0].log.String()), len(servers[1].log.String())}
 	oldPath := filepath.Join(t.TempDir(), "old.kubeconfig")
 	if err := os.WriteFile(oldPath, oldKubeconfig, 0o600); err != nil {
 		t.Fatal(err)
@@ -218,6 +236,46 @@ func TestCARotationLiveHA(t *testing.T) {
 			_, err := clientVia(t, servers[0], s).MusterV1alpha1().Machines().List(context.Background(), metav1.ListOptions{})
 			return err == nil
 		})
+	}
+	// Every server fetches the other's liveness report every 2 s with its
+	// peer certificate, verifying the other's serving certificate: both
+	// of the new CA alone now. Once both servers have taken the
+	// retirement and several fetches have gone by, neither has logged a
+	// failed fetch since --retire.
+	waitFor(t, 60*time.Second, "both servers to take the retirement, and three peer fetches to go by", func() bool {
+		for i, s := range servers {
+			if !strings.Contains(s.log.String()[logMarks[i]:], "it alone is trusted from now on") {
+				return false
+			}
+		}
+		return time.Since(retired) > 3*liveness.PeerPollInterval+time.Second
+	})
+	// And each server still hears of both agents (LAST-SEEN), the one
+	// connected to the other server through the other's report.
+	for _, s := range servers {
+		waitFor(t, 30*time.Second, "server "+s.url()+" to have heard both agents within 5 s", func() bool {
+			out, err := s.kubectl("get", "machines", "--no-headers")
+			if err != nil {
+				return false
+			}
+			heard := 0
+			for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+				f := strings.Fields(line)
+				for j := 1; j < len(f); j++ {
+					if f[j] == "ago" {
+						if d, err := time.ParseDuration(f[j-1]); err == nil && d < 5*time.Second {
+							heard++
+						}
+					}
+				}
+			}
+			return heard == 2
+		})
+	}
+	for i, s := range servers {
+		if since := s.log.String()[logMarks[i]:]; strings.Contains(since, "Cannot fetch a server's liveness report") {
+			t.Errorf("server %d could not call its peer after --retire (peer TLS not under the new CA):\n%s", i+1, since)
+		}
 	}
 	for i, s := range servers {
 		select {
