@@ -41,6 +41,10 @@ type caReloader struct {
 	ensure  func() (*bootstrap.State, error)
 	apply   func(*bootstrap.State) error
 	current atomic.Pointer[bootstrap.State]
+	// last is the record last looked at: the same bytes again (the
+	// periodic re-read) are not opened again, which costs a key derivation,
+	// nor logged again when refused.
+	last []byte
 }
 
 func (r *caReloader) run(ctx context.Context) {
@@ -51,6 +55,7 @@ func (r *caReloader) run(ctx context.Context) {
 		if rev > 0 {
 			opts = append(opts, clientv3.WithRev(rev+1))
 		}
+		began := time.Now()
 		for resp := range r.client.Watch(clientv3.WithRequireLeader(wctx), bootstrap.SharedCAKey, opts...) {
 			for _, ev := range resp.Events {
 				if ev.Type == clientv3.EventTypePut {
@@ -59,6 +64,14 @@ func (r *caReloader) run(ctx context.Context) {
 			}
 		}
 		cancel()
+		// A watch the datastore ends at once (unreachable, compacted) is
+		// not re-made in a tight loop.
+		if time.Since(began) < time.Second {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
 	}
 }
 
@@ -81,6 +94,10 @@ func (r *caReloader) check(ctx context.Context) int64 {
 }
 
 func (r *caReloader) reload(blob []byte) {
+	if bytes.Equal(blob, r.last) {
+		return
+	}
+	r.last = bytes.Clone(blob)
 	shared, err := bootstrap.OpenCA(r.token, blob)
 	if errors.Is(err, bootstrap.ErrWrongToken) {
 		klog.ErrorS(nil, "The sealed cluster CA in the datastore changed and this server's token does not open it (the server token was rotated, or the record was tampered with): "+
@@ -104,7 +121,9 @@ func (r *caReloader) reload(blob []byte) {
 		return
 	}
 	if err := bootstrap.InstallCA(r.dataDir, shared, false); err != nil {
-		klog.ErrorS(err, "Cannot install the rotated cluster CA: this server keeps the CA it has; restart it to take the new one")
+		// Tried again at the next read of the record (caRecheck).
+		r.last = nil
+		klog.ErrorS(err, "Cannot install the rotated cluster CA: this server keeps the CA it has and tries again; restart it to take the new one now")
 		return
 	}
 	state, err := r.ensure()
@@ -112,7 +131,8 @@ func (r *caReloader) reload(blob []byte) {
 		err = r.apply(state)
 	}
 	if err != nil {
-		klog.ErrorS(err, "Cannot take the rotated cluster CA: restart this server to take it")
+		r.last = nil
+		klog.ErrorS(err, "Cannot take the rotated cluster CA: this server tries again; restart it to take the new one now")
 		return
 	}
 	r.current.Store(state)
