@@ -218,7 +218,6 @@ func TestCARotationLiveHA(t *testing.T) {
 	})
 
 	rotate("--retire")
-	retired := time.Now()
 	// Where each server's log stood at --retire.
 	logMarks := []int{len(servers[0].log.String()), len(servers[1].log.String())}
 	oldPath := filepath.Join(t.TempDir(), "old.kubeconfig")
@@ -239,16 +238,21 @@ func TestCARotationLiveHA(t *testing.T) {
 	}
 	// Every server fetches the other's liveness report every 2 s with its
 	// peer certificate, verifying the other's serving certificate: both
-	// of the new CA alone now. Once both servers have taken the
-	// retirement and several fetches have gone by, neither has logged a
-	// failed fetch since --retire.
+	// of the new CA alone once both servers have taken the retirement (a
+	// fetch between one server taking it and the other may fail). Past
+	// that, and past the 5 s the check below allows, the other server's
+	// agent is still heard only if the fetches work under the new CA.
+	var took time.Time
 	waitFor(t, 60*time.Second, "both servers to take the retirement, and three peer fetches to go by", func() bool {
-		for i, s := range servers {
-			if !strings.Contains(s.log.String()[logMarks[i]:], "it alone is trusted from now on") {
-				return false
+		if took.IsZero() {
+			for i, s := range servers {
+				if !strings.Contains(s.log.String()[logMarks[i]:], "it alone is trusted from now on") {
+					return false
+				}
 			}
+			took = time.Now()
 		}
-		return time.Since(retired) > 3*liveness.PeerPollInterval+time.Second
+		return time.Since(took) > 3*liveness.PeerPollInterval+time.Second
 	})
 	// And each server still hears of both agents (LAST-SEEN), the one
 	// connected to the other server through the other's report.
@@ -271,11 +275,6 @@ func TestCARotationLiveHA(t *testing.T) {
 			}
 			return heard == 2
 		})
-	}
-	for i, s := range servers {
-		if since := s.log.String()[logMarks[i]:]; strings.Contains(since, "Cannot fetch a server's liveness report") {
-			t.Errorf("server %d could not call its peer after --retire (peer TLS not under the new CA):\n%s", i+1, since)
-		}
 	}
 	for i, s := range servers {
 		select {
