@@ -31,20 +31,22 @@ func newRotateCACommand(cfg *server.Config) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rotate-ca [--retire]",
 		Short: "Replace the cluster CA without re-joining a machine",
-		Long: `rotate-ca stages a new cluster CA in the datastore. Restart every server
-(with several servers, stop them all, then start them: a server not yet
-restarted trusts only the old CA, and refuses agents that renewed on one
-that was): from then on the new CA signs every certificate, and both
-CAs are trusted (/cacerts serves both). Each agent notices the new bundle
-within its --ca-check-interval, stores it, and renews its certificate under
-the new CA, without joining again. Join tokens made before the rotation
-are refused (their CA hash no longer matches): make new ones.
+		Long: `rotate-ca stages a new cluster CA in the datastore. Every running server
+takes it within seconds, without a restart (each watches the sealed CA in
+the datastore; a server started later takes it at start): from then on the
+new CA signs every certificate, and both CAs are trusted (/cacerts serves
+both). Each agent notices the new bundle within its --ca-check-interval,
+stores it, and renews its certificate under the new CA, without joining
+again. Join tokens made before the rotation are refused (their CA hash no
+longer matches): make new ones.
 
 rotate-ca --retire ends the rotation once every agent holds a certificate
 from the new CA (it asks the running server, and refuses naming the
-machines still behind, unless --force): restart the servers again, and they trust only the new
-CA; kubeconfigs and certificates of the old one are refused. Re-fetch the
-admin kubeconfig (muster-server kubeconfig) after each restart.`,
+machines still behind, unless --force): within seconds every running
+server serves a certificate of the new CA and trusts only it; kubeconfigs
+and certificates of the old one are refused, on connections already open
+too. Re-fetch the admin kubeconfig (muster-server kubeconfig) after each
+step.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			token, err := currentServerToken(cfg.DataDir, tokenFile)
@@ -81,7 +83,7 @@ admin kubeconfig (muster-server kubeconfig) after each restart.`,
 					return fmt.Errorf("listing the registrations to check the machines' certificates: %w (or give --force to retire without checking)", err)
 				}
 				if behind := machinesBehind(machines.Items, regs.Items, shared.CertPEM); len(behind) > 0 {
-					return fmt.Errorf("%d machine(s) hold no certificate of the new CA yet: %s. Restart every server if not done since 'rotate-ca', and wait for their agents to renew "+
+					return fmt.Errorf("%d machine(s) hold no certificate of the new CA yet: %s. Wait for their agents to renew "+
 						"(each does within its --ca-check-interval while it runs); a machine that stays behind must join again after --retire. "+
 						"--force retires now, and those agents are then refused; nothing was changed",
 						len(behind), strings.Join(behind, ", "))
@@ -92,14 +94,14 @@ admin kubeconfig (muster-server kubeconfig) after each restart.`,
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "retired the CA sha256 %s: restart every server; from then on certificates and kubeconfigs of that CA are refused\n", hash)
+				fmt.Fprintf(cmd.OutOrStdout(), "retired the CA sha256 %s: within seconds every running server trusts only the new CA (no restart needed): certificates and kubeconfigs of the retired one are refused; re-fetch the admin kubeconfig (muster-server kubeconfig)\n", hash)
 				return nil
 			}
 			hash, err := bootstrap.RotateCA(cmd.Context(), ds.Client, token)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "staged the new CA sha256 %s beside the current one: restart every server, wait until every agent has renewed its certificate, then run 'muster-server certificate rotate-ca --retire'\n", hash)
+			fmt.Fprintf(cmd.OutOrStdout(), "staged the new CA sha256 %s beside the current one: every running server takes it within seconds (no restart needed); wait until every agent has renewed its certificate, then run 'muster-server certificate rotate-ca --retire'\n", hash)
 			return nil
 		},
 	}

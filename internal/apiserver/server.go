@@ -66,8 +66,10 @@ type Config struct {
 	ServingCertFile, ServingKeyFile string
 	// ClientCAFile holds the CA that signs admin and agent client certificates.
 	ClientCAFile string
-	// CABundle is what /cacerts serves: the exact bytes whose SHA-256 join tokens pin.
-	CABundle []byte
+	// CABundle gives what /cacerts serves: the exact bytes whose SHA-256
+	// join tokens pin. It is asked on every request, so that a CA rotation
+	// reaching the running server is served at once.
+	CABundle func() []byte
 	// Storage is how the etcd3 storage reaches the datastore (kine or etcd).
 	Storage storagebackend.TransportConfig
 	// CompactionInterval is the apiserver's own compaction; zero when kine compacts.
@@ -429,7 +431,7 @@ func (c *CompletedConfig) New(parts Parts) (*Server, error) {
 	caBundle := cfg.CABundle
 	generic.Handler.NonGoRestfulMux.HandleFunc("/cacerts", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/x-pem-file")
-		_, _ = w.Write(caBundle)
+		_, _ = w.Write(caBundle())
 	})
 	if cfg.Tunnels != nil {
 		// A cluster's own API, through a control-plane machine's tunnel;

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -76,8 +77,10 @@ func refuse(code int, reason, format string, args ...interface{}) *Refusal {
 // token, or this agent's own), and the agent's clientID (not another
 // machine's). Nothing is written until every check has passed.
 type Granter struct {
-	objects  *registry.Objects
-	ca       *pki.CA
+	objects *registry.Objects
+	// ca signs the certificates granted; SetCA swaps it when a CA
+	// rotation reaches this server while it runs.
+	ca       atomic.Pointer[pki.CA]
 	validity time.Duration
 
 	// uses counts grants per join token not yet written to its status: a
@@ -172,7 +175,9 @@ func NewGranter(cfg GranterConfig) (*Granter, error) {
 			return nil, fmt.Errorf("indexing the Machine cache by clientID (the informer must not have started): %w", err)
 		}
 	}
-	return &Granter{objects: cfg.Objects, ca: cfg.CA, validity: cfg.Validity, uses: map[string]int{}, machines: cfg.Machines, events: cfg.Events, rejoins: cfg.Rejoins}, nil
+	g := &Granter{objects: cfg.Objects, validity: cfg.Validity, uses: map[string]int{}, machines: cfg.Machines, events: cfg.Events, rejoins: cfg.Rejoins}
+	g.ca.Store(cfg.CA)
+	return g, nil
 }
 
 // grant is what a Grant decided and made.
@@ -279,7 +284,7 @@ func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration, csr *
 		}
 	}
 	cn, groups := caller.MachineSubject(m.Name, string(m.UID), m.Spec.Cluster)
-	cert, err := g.ca.SignCSR(csr, cn, groups, g.validity)
+	cert, err := g.ca.Load().SignCSR(csr, cn, groups, g.validity)
 	if err != nil {
 		return nil, refuse(http.StatusBadRequest, "InvalidCSR", "the certificate request was refused: %v", err)
 	}
@@ -678,3 +683,8 @@ func (g *Granter) flushUses(ctx context.Context) {
 		}
 	}
 }
+
+// SetCA makes ca sign every certificate granted from now on: a CA rotation
+// ('muster-server certificate rotate-ca') reached this server while it
+// runs. Grants under way finish with the CA they started with.
+func (g *Granter) SetCA(ca *pki.CA) { g.ca.Store(ca) }

@@ -2,7 +2,6 @@ package liveness
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -27,10 +26,11 @@ const PeerPollInterval = 2 * time.Second
 const maxReportBytes = 64 << 20
 
 // PollPeers merges every other live server's report into the tracker until
-// ctx ends. tlsConfig carries this server's peer client certificate and the
+// ctx ends. transport carries this server's peer client certificate and the
 // CA its peers' serving certificates are issued by.
-func PollPeers(ctx context.Context, t *Tracker, endpoints listers.ServerEndpointLister, self string, tlsConfig *tls.Config) {
-	client := &http.Client{Timeout: PeerPollInterval * 2, Transport: &http.Transport{TLSClientConfig: tlsConfig, MaxIdleConnsPerHost: 1}}
+func PollPeers(ctx context.Context, t *Tracker, endpoints listers.ServerEndpointLister, self string, transport *http.Transport) {
+	transport.MaxIdleConnsPerHost = 1
+	client := &http.Client{Timeout: PeerPollInterval * 2, Transport: transport}
 	defer client.CloseIdleConnections()
 	failing := map[string]bool{}
 	wait.UntilWithContext(ctx, func(ctx context.Context) {

@@ -45,16 +45,7 @@ func prepareCertificates(ctx context.Context, cfg Config, ds *store.Datastore) (
 			return nil, err
 		}
 	}
-	ensure := func() (*bootstrap.State, error) {
-		return bootstrap.Ensure(bootstrap.Config{
-			DataDir:          cfg.DataDir,
-			AdvertiseAddress: cfg.AdvertiseAddress,
-			BindAddress:      cfg.BindAddress,
-			HTTPSPort:        cfg.HTTPSPort,
-			TLSSANs:          cfg.TLSSANs,
-			Token:            token,
-		})
-	}
+	ensure := func() (*bootstrap.State, error) { return ensureDataDir(cfg, token) }
 	state, err := ensure()
 	if err != nil || shared != nil {
 		return state, err
@@ -95,6 +86,19 @@ func prepareCertificates(ctx context.Context, cfg Config, ds *store.Datastore) (
 		return nil, err
 	}
 	return ensure()
+}
+
+// ensureDataDir runs bootstrap.Ensure with the server's flags: at start,
+// and again when a CA rotation reaches the running server (caReloader).
+func ensureDataDir(cfg Config, token string) (*bootstrap.State, error) {
+	return bootstrap.Ensure(bootstrap.Config{
+		DataDir:          cfg.DataDir,
+		AdvertiseAddress: cfg.AdvertiseAddress,
+		BindAddress:      cfg.BindAddress,
+		HTTPSPort:        cfg.HTTPSPort,
+		TLSSANs:          cfg.TLSSANs,
+		Token:            token,
+	})
 }
 
 func readSharedCA(ctx context.Context, client *clientv3.Client, token string) (*bootstrap.SharedCA, error) {

@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -18,7 +16,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/muster-io/muster/internal/apiserver"
-	"github.com/muster-io/muster/internal/caller"
 	"github.com/muster-io/muster/internal/driver"
 	"github.com/muster-io/muster/internal/events"
 	"github.com/muster-io/muster/internal/join"
@@ -27,7 +24,6 @@ import (
 	"github.com/muster-io/muster/internal/liveness"
 	"github.com/muster-io/muster/internal/metrics"
 	"github.com/muster-io/muster/internal/notify"
-	"github.com/muster-io/muster/internal/pki"
 	"github.com/muster-io/muster/internal/planner"
 	"github.com/muster-io/muster/internal/planset"
 	"github.com/muster-io/muster/internal/pool"
@@ -58,7 +54,7 @@ type controllers struct {
 	objects  *registry.Objects
 	self     string
 	address  string
-	peerTLS  *tls.Config
+	peers    *peerTLS
 	tokens   *apiserver.TokenAuthenticator
 	liveness *liveness.Tracker
 	// returns carry the machines liveness hears of afresh to the lifecycle
@@ -124,7 +120,7 @@ func (c *controllers) start(ctx context.Context, loopback *rest.Config) error {
 	// machines` shows it as LAST-SEEN. With n servers that is n-1 reports
 	// fetched per server per PeerPollInterval (about 40 bytes a machine
 	// heard in the last 10 minutes); a new leader starts with them too.
-	go liveness.PollPeers(ctx, c.liveness, endpoints.Lister(), c.self, c.peerTLS)
+	go liveness.PollPeers(ctx, c.liveness, endpoints.Lister(), c.self, c.peers.transport(false))
 	go serverendpoint.Publish(ctx, c.client.MusterV1alpha1(), c.self, c.address)
 	electionCtx, stopElection := context.WithCancel(ctx)
 	c.stopElection, c.elected = stopElection, make(chan struct{})
@@ -220,27 +216,6 @@ func serverName(advertise string, port int) string {
 		return "server-" + suffix
 	}
 	return name + "-" + suffix
-}
-
-// peerTLSConfig is how this server calls the other servers: a client
-// certificate for identity muster:server:<name> issued from the shared CA,
-// kept in memory only, and the deployment's CA bundle as the trusted roots:
-// during a CA rotation the other servers' serving certificates are still
-// the retiring CA's (or, restarted after --retire, already the new one's).
-func peerTLSConfig(ca *pki.CA, bundlePEM []byte, self string) (*tls.Config, error) {
-	cn, groups := caller.ServerSubject(self)
-	certPEM, keyPEM, err := ca.IssueClient(cn, groups, 365*24*time.Hour)
-	if err != nil {
-		return nil, fmt.Errorf("issuing this server's peer certificate: %w", err)
-	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, err
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(ca.Cert)
-	roots.AppendCertsFromPEM(bundlePEM)
-	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, MinVersion: tls.VersionTLS12}, nil
 }
 
 // slimForCache drops from the controllers' cached objects what no

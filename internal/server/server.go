@@ -12,8 +12,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/muster-io/muster/internal/bootstrap"
 	"github.com/muster-io/muster/internal/datadir"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
@@ -312,7 +314,7 @@ func run(ctx context.Context, cfg Config) error {
 	defer stopHistory()
 	self := serverName(state.AdvertiseAddress, cfg.HTTPSPort)
 	advertised := net.JoinHostPort(state.AdvertiseAddress, fmt.Sprint(cfg.HTTPSPort))
-	peerTLS, err := peerTLSConfig(state.CA, state.BundlePEM, self)
+	peers, err := newPeerTLS(state.CA, state.BundlePEM, self)
 	if err != nil {
 		return err
 	}
@@ -361,7 +363,7 @@ func run(ctx context.Context, cfg Config) error {
 	metrics.SetConnectedAgents(func() int { return tracker.Connected(metrics.ConnectedWindow) })
 	metrics.SetTunnels(hub.Len)
 	tunnels := &serve.Server{Hub: hub, Events: recorder, LastSeen: tracker.LastSeen, Forwarding: &serve.Forwarding{
-		Self: self, Locate: tracker.TunnelHolder, Transport: &http.Transport{TLSClientConfig: peerTLS, ForceAttemptHTTP2: true},
+		Self: self, Locate: tracker.TunnelHolder, Transport: peers.transport(true),
 	}}
 	drivers := driver.NewRegistry(cfg.DriversDir, map[string]driver.Driver{
 		"ssh": &driver.SSH{KeyDir: layout.SSHDriverKeys, Script: install.Script},
@@ -376,6 +378,9 @@ func run(ctx context.Context, cfg Config) error {
 	if err := auditpolicy.Resolve(cfg.Audit, layout.AuditPolicy); err != nil {
 		return err
 	}
+	// What /cacerts serves, swapped when a CA rotation reaches this server.
+	var caBundle atomic.Pointer[[]byte]
+	caBundle.Store(&state.BundlePEM)
 	completed, err := apiserver.Config{
 		Audit:           cfg.Audit,
 		BindAddress:     bind,
@@ -384,7 +389,7 @@ func run(ctx context.Context, cfg Config) error {
 		ServingKeyFile:  state.Files.ServingKey,
 		// Client certificates of both CAs pass during a rotation.
 		ClientCAFile:                state.Files.CABundle,
-		CABundle:                    state.BundlePEM,
+		CABundle:                    func() []byte { return *caBundle.Load() },
 		Storage:                     ds.Transport(),
 		CompactionInterval:          ds.CompactionInterval(),
 		Encryption:                  encrypt.ResourceTransformers(),
@@ -429,6 +434,28 @@ func run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	// A CA rotation in the datastore reaches this server while it runs:
+	// the CA that signs agents' certificates first, then the peer TLS,
+	// then /cacerts (which sends agents to renew under the new CA). The
+	// client CA and serving certificate files that Ensure rewrites are
+	// reloaded by the API server itself.
+	caClient, err := ds.Client()
+	if err != nil {
+		return fmt.Errorf("connecting the CA rotation's watch to the datastore: %w", err)
+	}
+	defer caClient.Close()
+	reloader := &caReloader{client: caClient, token: state.Token, dataDir: cfg.DataDir,
+		ensure: func() (*bootstrap.State, error) { return ensureDataDir(cfg, state.Token) },
+		apply: func(s *bootstrap.State) error {
+			joins.Granter().SetCA(s.CA)
+			if err := peers.update(s.CA, s.BundlePEM); err != nil {
+				return err
+			}
+			caBundle.Store(&s.BundlePEM)
+			return nil
+		}}
+	reloader.current.Store(state)
+	go reloader.run(ctx)
 	// Until the token cache has synced no join token is judged; the
 	// controllers' hook holds /readyz until then.
 	tokens := apiserver.NewTokenAuthenticator(tokenCache.Lister(), tokenCache.Informer().HasSyncedChecker())
@@ -467,7 +494,7 @@ func run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	ctl := &controllers{
-		cfg: cfg, join: joins, objects: objects, self: self, address: advertised, peerTLS: peerTLS,
+		cfg: cfg, join: joins, objects: objects, self: self, address: advertised, peers: peers,
 		tokens: tokens, liveness: tracker, returns: returns, events: recorder, drivers: drivers,
 		client: client, factory: factory,
 	}

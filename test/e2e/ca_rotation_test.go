@@ -52,7 +52,7 @@ func TestCARotation(t *testing.T) {
 	}
 
 	out := s.muster(t, "certificate", "rotate-ca")
-	if !strings.Contains(out, "restart every server") {
+	if !strings.Contains(out, "--retire") {
 		t.Errorf("rotate-ca does not say what to do next:\n%s", out)
 	}
 	// A second rotation before the first is retired would leave agents
