@@ -102,9 +102,6 @@ type Scopes struct {
 	cfg      ScopeConfig
 	bindings cache.Indexer
 
-	// authorize is the whole chain's authorizer, to re-judge open
-	// watches when bindings change (SetAuthorizer).
-	authorize authorizer.AuthorizerFunc
 	mu        sync.Mutex
 	open      map[*openRequest]struct{}
 	handlers  []cache.ResourceEventHandlerRegistration
@@ -468,17 +465,16 @@ func (s *Scopes) CanGrant(u user.Info, scope api.AccessScope) bool {
 // bindings no longer allow it.
 type openRequest struct {
 	attrs  authorizer.Attributes
+	judge  authorizer.Authorizer
 	cancel context.CancelFunc
 }
 
-// SetAuthorizer is the whole authorizer, which open requests are judged
-// by again whenever a binding (or a cluster's labels) change.
-func (s *Scopes) SetAuthorizer(a authorizer.AuthorizerFunc) { s.authorize = a }
-
-// Hold keeps attrs' request judged while it is open: cancel is called
-// once it is no longer allowed. The returned func releases it.
-func (s *Scopes) Hold(attrs authorizer.Attributes, cancel context.CancelFunc) func() {
-	r := &openRequest{attrs: attrs, cancel: cancel}
+// Hold keeps attrs' request judged while it is open: whenever a binding
+// (or a cluster's labels) change, judge (the whole chain's authorizer)
+// decides again, and cancel is called once it no longer allows it. The
+// returned func releases it.
+func (s *Scopes) Hold(attrs authorizer.Attributes, judge authorizer.Authorizer, cancel context.CancelFunc) func() {
+	r := &openRequest{attrs: attrs, judge: judge, cancel: cancel}
 	s.mu.Lock()
 	s.open[r] = struct{}{}
 	s.mu.Unlock()
@@ -491,9 +487,6 @@ func (s *Scopes) Hold(attrs authorizer.Attributes, cancel context.CancelFunc) fu
 
 // recheck judges every open request again, ending those no longer allowed.
 func (s *Scopes) recheck() {
-	if s.authorize == nil {
-		return
-	}
 	s.mu.Lock()
 	open := make([]*openRequest, 0, len(s.open))
 	for r := range s.open {
@@ -501,7 +494,7 @@ func (s *Scopes) recheck() {
 	}
 	s.mu.Unlock()
 	for _, r := range open {
-		if d, _, err := s.authorize(context.Background(), r.attrs); err != nil || d != authorizer.DecisionAllow {
+		if d, _, err := r.judge.Authorize(context.Background(), r.attrs); err != nil || d != authorizer.DecisionAllow {
 			r.cancel()
 		}
 	}

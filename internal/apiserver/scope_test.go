@@ -67,9 +67,7 @@ func scopeFixture(t testing.TB, bindings ...*api.AccessBinding) (*Scopes, Author
 	if !cache.WaitForCacheSync(stop, s.HandlersSynced) {
 		t.Fatal("the scopes' handlers did not sync")
 	}
-	a := Authorizer{Scopes: s}
-	s.SetAuthorizer(a.Authorize)
-	return s, a
+	return s, Authorizer{Scopes: s}
 }
 
 // lastFakeClient is the clientset of the last fixture, for tests that
@@ -211,7 +209,7 @@ func TestScopeRevocation(t *testing.T) {
 		t.Fatalf("watch refused: %s", why)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer s.Hold(attrs, cancel)()
+	defer s.Hold(attrs, authorizer.AuthorizerFunc(a.Authorize), cancel)()
 	if err := s.bindings.Delete(binding("team-a", "", api.AccessScope{})); err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +233,7 @@ func TestScopeRevocationByClusterLabels(t *testing.T) {
 		t.Fatalf("watch refused: %s", why)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer s.Hold(attrs, cancel)()
+	defer s.Hold(attrs, authorizer.AuthorizerFunc(a.Authorize), cancel)()
 	clusters := lastFakeClient.MusterV1alpha1().Clusters()
 	c, err := clusters.Get(context.Background(), "b", metav1.GetOptions{})
 	if err != nil {

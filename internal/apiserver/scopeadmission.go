@@ -98,7 +98,7 @@ var heldOpen = []string{"exec", "portforward", "log", api.ClusterProxySubresourc
 // log or cluster proxy request) as soon as a change of their bindings (or
 // of a cluster's labels) withdraws the authority it was allowed by: the
 // request's context is cancelled, which ends a watch's stream.
-func withScopeRevocation(h http.Handler, s *Scopes) http.Handler {
+func withScopeRevocation(h http.Handler, s *Scopes, judge authorizer.Authorizer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		info, ok := request.RequestInfoFrom(r.Context())
 		u, _ := request.UserFrom(r.Context())
@@ -112,7 +112,7 @@ func withScopeRevocation(h http.Handler, s *Scopes) http.Handler {
 			return
 		}
 		ctx, cancel := context.WithCancel(r.Context())
-		release := s.Hold(attrs, cancel)
+		release := s.Hold(attrs, judge, cancel)
 		done := func() { release(); cancel() }
 		h.ServeHTTP(w, r.WithContext(ctx))
 		// A watch served on a routine of its own (APIServingWithRoutine)

@@ -315,7 +315,9 @@ func (c *CompletedConfig) New(parts Parts) (*Server, error) {
 		h = withAgentRequests(h, parts.Agents, refuse)
 		if parts.Scopes != nil {
 			// Inside the default chain: after authentication and authorization.
-			h = withScopeRevocation(h, parts.Scopes)
+			// Open requests are judged again by the whole chain's authorizer
+			// when bindings change.
+			h = withScopeRevocation(h, parts.Scopes, gc.Authorization.Authorizer)
 		}
 		if observe != nil {
 			// Wrapped inside the default chain, so it runs after authentication.
@@ -370,9 +372,7 @@ func (c *CompletedConfig) New(parts Parts) (*Server, error) {
 	authz := authorizer.AuthorizerFunc(Authorizer{Rules: rules, PeerPaths: peerPaths, PublicPaths: publicPaths, PrivatePaths: cfg.PrivatePaths, PublicWritePaths: cfg.PublicWritePaths, Scopes: parts.Scopes}.Authorize)
 	rc.Authorization.Authorizer = authz
 	if parts.Scopes != nil {
-		// Open watches are judged again by the same rules when bindings
-		// change; writes are judged by the object written.
-		parts.Scopes.SetAuthorizer(authz)
+		// Writes are judged by the object written.
 		rc.AdmissionControl = ScopeAdmission{Scopes: parts.Scopes}
 	}
 	// The loopback client (controllers inside this process) authenticates as a

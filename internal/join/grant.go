@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -78,9 +77,9 @@ func refuse(code int, reason, format string, args ...interface{}) *Refusal {
 // machine's). Nothing is written until every check has passed.
 type Granter struct {
 	objects *registry.Objects
-	// ca signs the certificates granted; SetCA swaps it when a CA
-	// rotation reaches this server while it runs.
-	ca       atomic.Pointer[pki.CA]
+	// ca signs the certificates granted: the CA in force, which a CA
+	// rotation replaces while the server runs.
+	ca       *pki.Current
 	validity time.Duration
 
 	// uses counts grants per join token not yet written to its status: a
@@ -155,8 +154,8 @@ func (g *Granter) machinesOfClient(ctx context.Context, clientID string) ([]stri
 type GranterConfig struct {
 	// Objects are read and written by a grant.
 	Objects *registry.Objects
-	// CA signs for Validity.
-	CA       *pki.CA
+	// CA signs for Validity: the CA in force (a rotation may replace it).
+	CA       *pki.Current
 	Validity time.Duration
 	// Machines, if set, is the server's Machine informer, not started
 	// yet: the Granter indexes it by clientID.
@@ -175,8 +174,7 @@ func NewGranter(cfg GranterConfig) (*Granter, error) {
 			return nil, fmt.Errorf("indexing the Machine cache by clientID (the informer must not have started): %w", err)
 		}
 	}
-	g := &Granter{objects: cfg.Objects, validity: cfg.Validity, uses: map[string]int{}, machines: cfg.Machines, events: cfg.Events, rejoins: cfg.Rejoins}
-	g.ca.Store(cfg.CA)
+	g := &Granter{objects: cfg.Objects, ca: cfg.CA, validity: cfg.Validity, uses: map[string]int{}, machines: cfg.Machines, events: cfg.Events, rejoins: cfg.Rejoins}
 	return g, nil
 }
 
@@ -683,8 +681,3 @@ func (g *Granter) flushUses(ctx context.Context) {
 		}
 	}
 }
-
-// SetCA makes ca sign every certificate granted from now on: a CA rotation
-// ('muster-server certificate rotate-ca') reached this server while it
-// runs. Grants under way finish with the CA they started with.
-func (g *Granter) SetCA(ca *pki.CA) { g.ca.Store(ca) }

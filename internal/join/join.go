@@ -41,7 +41,7 @@ const (
 // Config is what the join needs from the server.
 type Config struct {
 	// CA signs the machines' client certificates.
-	CA *pki.CA
+	CA *pki.Current
 	// Validity is how long a granted certificate is valid.
 	Validity time.Duration
 	// TokenJoinRate and TokenJoinBurst limit the registrations made with

@@ -17,6 +17,7 @@ import (
 
 	"github.com/muster-io/muster/internal/bootstrap"
 	"github.com/muster-io/muster/internal/datadir"
+	"github.com/muster-io/muster/internal/pki"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
@@ -427,8 +428,10 @@ func run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("connecting the rejoin's record to the datastore: %w", err)
 	}
 	defer rejoinClient.Close()
+	// The CA that signs agents' certificates: a rotation replaces it.
+	signing := pki.NewCurrent(state.CA)
 	joins, err := join.New(join.Config{
-		CA: state.CA, Validity: cfg.AgentCertificateValidity, TokenJoinRate: cfg.JoinRate, TokenJoinBurst: cfg.JoinBurst,
+		CA: signing, Validity: cfg.AgentCertificateValidity, TokenJoinRate: cfg.JoinRate, TokenJoinBurst: cfg.JoinBurst,
 		Objects: objects, Machines: machines, Events: recorder, Rejoins: &rejoin.Store{Client: rejoinClient},
 	})
 	if err != nil {
@@ -447,7 +450,7 @@ func run(ctx context.Context, cfg Config) error {
 	reloader := &caReloader{client: caClient, token: state.Token, dataDir: cfg.DataDir,
 		ensure: func() (*bootstrap.State, error) { return ensureDataDir(cfg, state.Token) },
 		apply: func(s *bootstrap.State) error {
-			joins.Granter().SetCA(s.CA)
+			signing.Rotate(s.CA)
 			if err := peers.update(s.CA, s.BundlePEM); err != nil {
 				return err
 			}
