@@ -107,7 +107,12 @@ func TestTunnelNoInboundRoute(t *testing.T) {
 	token := writeTokenFile(t, newToken(t, s))
 	n.start(t, agentLog, agentBin, "--server", s.url(), "--data-dir", t.TempDir(), "--token-file", token, "--node-name", "hidden-1",
 		"--allow-port", fmt.Sprint(port))
-	waitFor(t, 60*time.Second, "the namespaced agent's tunnel", func() bool {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the namespaced agent's output:\n%s\nthe server's log, its end:\n%s", agentLog.String(), lastLines(s.log.String(), 40))
+		}
+	})
+	waitFor(t, 120*time.Second, "the namespaced agent's tunnel", func() bool {
 		return strings.Contains(agentLog.String(), "opened the tunnel to the server")
 	})
 
