@@ -122,7 +122,9 @@ func (p *tinyproxy) requests() []string {
 // only route is its /30, does not. It goes with the veth at cleanup.
 func addUnroutedAddress(t *testing.T, n *netns) string {
 	t.Helper()
-	ip := "10.212." + strings.Split(n.hostIP, ".")[2] + ".1"
+	// 10.216/16: off the process driver's default 10.212/16, which pool
+	// tests running beside this one give their machines.
+	ip := "10.216." + strings.Split(n.hostIP, ".")[2] + ".1"
 	out, err := exec.Command("ip", "-o", "addr", "show", "to", n.hostIP+"/32").Output()
 	fields := strings.Fields(string(out))
 	if err != nil || len(fields) < 2 {
