@@ -13,21 +13,16 @@
 package oidctest
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
@@ -38,6 +33,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/muster-io/muster/internal/testenv/testcert"
 
 	"github.com/muster-io/muster/internal/testenv/proc"
 )
@@ -125,7 +122,9 @@ func Start(t testing.TB, opts Options) *Provider {
 	p := &Provider{Issuer: "https://" + host, Dir: dir, admin: random(16), CAFile: filepath.Join(dir, "ca.crt")}
 	cert, key := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
 	p.CertFile = cert
-	writeCerts(t, p.CAFile, cert, key)
+	if err := testcert.Write(p.CAFile, cert, key, "oidc provider"); err != nil {
+		t.Fatalf("writing the test TLS certificates: %v", err)
+	}
 	if p.CAPEM, err = os.ReadFile(p.CAFile); err != nil {
 		t.Fatal(err)
 	}
@@ -349,53 +348,6 @@ func (p *Provider) IDToken(t testing.TB, clientID, username, password string) st
 		t.Fatalf("exchanging %s's code: %s %s", username, resp.Status, body)
 	}
 	return tok.IDToken
-}
-
-// writeCerts writes a throwaway CA and a serving certificate for
-// 127.0.0.1 it signed.
-func writeCerts(t testing.TB, caFile, certFile, keyFile string) {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "muster-oidctest CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, BasicConstraintsValid: true, IsCA: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "oidc provider"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []struct {
-		path, typ string
-		der       []byte
-		mode      os.FileMode
-	}{{caFile, "CERTIFICATE", caDER, 0o644}, {certFile, "CERTIFICATE", der, 0o644}, {keyFile, "EC PRIVATE KEY", keyDER, 0o600}} {
-		if err := os.WriteFile(f.path, pem.EncodeToMemory(&pem.Block{Type: f.typ, Bytes: f.der}), f.mode); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 func freePort(t testing.TB) int {

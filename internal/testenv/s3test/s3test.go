@@ -9,17 +9,12 @@ package s3test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -27,6 +22,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/muster-io/muster/internal/testenv/testcert"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -119,7 +116,9 @@ func start(t testing.TB, withTLS bool) *Server {
 		s.Endpoint = "https://" + s.Host
 		s.CAFile = filepath.Join(dir, "ca.crt")
 		cert, key := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
-		writeCerts(t, s.CAFile, cert, key)
+		if err := testcert.Write(s.CAFile, cert, key, "versitygw"); err != nil {
+			t.Fatalf("writing the test TLS certificates: %v", err)
+		}
 		args = append(args, "--cert", cert, "--key", key)
 	}
 	cmd := exec.Command(bin, append(args, "posix", data)...)
@@ -226,53 +225,6 @@ func (s *Server) waitReady(within time.Duration) error {
 		}
 		if time.Now().After(deadline) {
 			return err
-		}
-	}
-}
-
-// writeCerts writes a throwaway CA and a serving certificate for
-// 127.0.0.1 it signed.
-func writeCerts(t testing.TB, caFile, certFile, keyFile string) {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "muster-s3test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, BasicConstraintsValid: true, IsCA: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "versitygw"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []struct {
-		path, typ string
-		der       []byte
-		mode      os.FileMode
-	}{{caFile, "CERTIFICATE", caDER, 0o644}, {certFile, "CERTIFICATE", der, 0o644}, {keyFile, "EC PRIVATE KEY", keyDER, 0o600}} {
-		if err := os.WriteFile(f.path, pem.EncodeToMemory(&pem.Block{Type: f.typ, Bytes: f.der}), f.mode); err != nil {
-			t.Fatal(err)
 		}
 	}
 }
