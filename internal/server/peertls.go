@@ -1,11 +1,9 @@
 package server
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -61,33 +59,43 @@ func (p *peerTLS) update(ca *pki.CA, bundlePEM []byte) error {
 	return nil
 }
 
-// config is the TLS configuration of one connection to host, with the
-// current certificate and roots; the server's certificate is verified
-// against host as usual.
-func (p *peerTLS) config(host string, nextProtos []string) *tls.Config {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	return &tls.Config{Certificates: []tls.Certificate{p.pair}, RootCAs: p.roots, ServerName: host, NextProtos: nextProtos, MinVersion: tls.VersionTLS12}
+// tlsConfig presents the peer certificate of the moment and verifies the
+// other server against the roots of the moment, at each handshake. The
+// transport keeps its own ALPN: a websocket upgrade forwarded to a peer
+// must go over HTTP/1.1, which a dialer of our own offering h2 would lose.
+func (p *peerTLS) tlsConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			p.mu.RLock()
+			defer p.mu.RUnlock()
+			pair := p.pair
+			return &pair, nil
+		},
+		// The roots change with a rotation: the chain and the name are
+		// checked here, against the roots of the moment, instead.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return fmt.Errorf("the other server presented no certificate")
+			}
+			p.mu.RLock()
+			roots := p.roots
+			p.mu.RUnlock()
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: cs.ServerName})
+			return err
+		},
+	}
 }
 
 // transport is an HTTP transport to the other servers (HTTP/2 when h2)
-// that dials every connection with the credentials of the moment.
+// whose every handshake uses the credentials of the moment.
 func (p *peerTLS) transport(h2 bool) *http.Transport {
-	protos := []string{"http/1.1"}
-	if h2 {
-		protos = []string{"h2", "http/1.1"}
-	}
-	t := &http.Transport{
-		ForceAttemptHTTP2: h2,
-		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			host, _, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, err
-			}
-			d := &tls.Dialer{Config: p.config(host, protos)}
-			return d.DialContext(ctx, network, addr)
-		},
-	}
+	t := &http.Transport{ForceAttemptHTTP2: h2, TLSClientConfig: p.tlsConfig()}
 	p.mu.Lock()
 	p.transports = append(p.transports, t)
 	p.mu.Unlock()
