@@ -102,9 +102,9 @@ type Scopes struct {
 	cfg      ScopeConfig
 	bindings cache.Indexer
 
-	mu        sync.Mutex
-	open      map[*openRequest]struct{}
-	handlers  []cache.ResourceEventHandlerRegistration
+	mu       sync.Mutex
+	open     map[*openRequest]struct{}
+	handlers []cache.ResourceEventHandlerRegistration
 }
 
 // NewScopes returns scoped authorization over cfg's informers; it adds the

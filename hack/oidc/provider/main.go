@@ -300,17 +300,19 @@ func (c *client) AuthMethod() oidc.AuthMethod {
 	}
 	return oidc.AuthMethodBasic
 }
-func (c *client) ResponseTypes() []oidc.ResponseType { return []oidc.ResponseType{oidc.ResponseTypeCode} }
+func (c *client) ResponseTypes() []oidc.ResponseType {
+	return []oidc.ResponseType{oidc.ResponseTypeCode}
+}
 func (c *client) GrantTypes() []oidc.GrantType {
 	return []oidc.GrantType{oidc.GrantTypeCode, oidc.GrantTypeRefreshToken, oidc.GrantTypeDeviceCode}
 }
-func (c *client) LoginURL(id string) string              { return "/login/username?authRequestID=" + id }
-func (c *client) AccessTokenType() op.AccessTokenType    { return op.AccessTokenTypeBearer }
-func (c *client) IDTokenLifetime() time.Duration         { return c.lifetime }
-func (c *client) DevMode() bool                          { return false }
-func (c *client) IsScopeAllowed(string) bool             { return true }
-func (c *client) IDTokenUserinfoClaimsAssertion() bool   { return true }
-func (c *client) ClockSkew() time.Duration               { return 0 }
+func (c *client) LoginURL(id string) string            { return "/login/username?authRequestID=" + id }
+func (c *client) AccessTokenType() op.AccessTokenType  { return op.AccessTokenTypeBearer }
+func (c *client) IDTokenLifetime() time.Duration       { return c.lifetime }
+func (c *client) DevMode() bool                        { return false }
+func (c *client) IsScopeAllowed(string) bool           { return true }
+func (c *client) IDTokenUserinfoClaimsAssertion() bool { return true }
+func (c *client) ClockSkew() time.Duration             { return 0 }
 func (c *client) RestrictAdditionalIdTokenScopes() func([]string) []string {
 	return func(s []string) []string { return s }
 }
