@@ -38,6 +38,7 @@ func main() {
 func newRootCommand() *cobra.Command {
 	cfg := server.Config{Audit: genericoptions.NewAuditOptions()}
 	var endpointFile, tokenFile, logFormat string
+	var notifyAllowed []string
 	cmd := &cobra.Command{
 		Use:   "muster-server",
 		Short: "Muster registers machines and clusters and drives their lifecycle",
@@ -55,6 +56,9 @@ certificate, a server token and an admin kubeconfig there.`,
 				klog.Warning("--datastore-endpoint holds a password, which every local user can read in this process's command line: use --datastore-endpoint-file or $MUSTER_DATASTORE_ENDPOINT")
 			}
 			var err error
+			if cfg.NotifyDestinations, err = notify.NewDestinations(notifyAllowed); err != nil {
+				return err
+			}
 			endpoint := secretSource{flag: "datastore-endpoint", fileFlag: "datastore-endpoint-file", env: "MUSTER_DATASTORE_ENDPOINT", value: cfg.DatastoreEndpoint, file: endpointFile}
 			if cfg.DatastoreEndpoint, err = endpoint.resolve(); err != nil {
 				return err
@@ -142,6 +146,7 @@ certificate, a server token and an admin kubeconfig there.`,
 	cfg.Audit.AddFlags(fl)
 
 	// Notifications (NotificationSubscriptions, internal/notify).
+	fl.StringSliceVar(&notifyAllowed, "notification-allowed-networks", nil, "CIDRs of loopback, link-local or multicast addresses that notification receivers may have (repeatable; e.g. 127.0.0.0/8 for a receiver on this host); others are refused, so that a subscription cannot make the server reach its own host or a cloud's metadata service")
 	fl.DurationVar(&cfg.NotifyMaxBackoff, "notification-max-backoff", notify.DefaultMaxBackoff, "longest wait between retries of a notification its receiver failed (the waits double from 1s up to it); a receiver back from an outage gets its events within this")
 
 	// Datastore operations: the transition history.

@@ -44,6 +44,9 @@ type Config struct {
 	// InitialBackoff and MaxBackoff bound the waits between retries of a
 	// delivery the receiver failed (zero: the defaults).
 	InitialBackoff, MaxBackoff time.Duration
+	// Destinations is where events may go: loopback, link-local and the
+	// like only where allowed.
+	Destinations Destinations
 }
 
 // Controller is the notifier of one leader's term.
@@ -193,7 +196,7 @@ func (c *Controller) ensureLocked(s *api.NotificationSubscription) *running {
 		r = nil
 	}
 	if r == nil {
-		sub := newSubscriber(s.Name, c.cfg.Source, c, c.cfg.InitialBackoff, c.cfg.MaxBackoff)
+		sub := newSubscriber(s.Name, c.cfg.Source, c, c.cfg.Destinations, c.cfg.InitialBackoff, c.cfg.MaxBackoff)
 		ctx, cancel := context.WithCancel(c.ctx)
 		r = &running{sub: sub, uid: string(s.UID), cancel: cancel}
 		if err := sub.configure(s.Spec); err != nil {

@@ -115,7 +115,7 @@ func TestSubscriberBoundOrderRetry(t *testing.T) {
 	ca := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
 
 	obs := &nopObserver{}
-	s := newSubscriber("t", "https://muster", obs, 10*time.Millisecond, 50*time.Millisecond)
+	s := newSubscriber("t", "https://muster", obs, loopbackAllowed(t), 10*time.Millisecond, 50*time.Millisecond)
 	if err := s.configure(api.NotificationSubscriptionSpec{URL: srv.URL, CABundle: ca, SigningKey: key, MaxQueued: 3}); err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,7 @@ type subscriber struct {
 	name   string
 	source string
 	obs    observer
+	dest   Destinations
 	// backoff: the first retry after initial, doubling up to max.
 	initial, max time.Duration
 
@@ -65,8 +66,8 @@ type observer interface {
 	failed(sub string, err error)
 }
 
-func newSubscriber(name, source string, obs observer, initial, max time.Duration) *subscriber {
-	return &subscriber{name: name, source: source, obs: obs, initial: initial, max: max, wake: make(chan struct{}, 1)}
+func newSubscriber(name, source string, obs observer, dest Destinations, initial, max time.Duration) *subscriber {
+	return &subscriber{name: name, source: source, obs: obs, dest: dest, initial: initial, max: max, wake: make(chan struct{}, 1)}
 }
 
 // configure takes the subscription's spec: a new URL, key, CA or bound
@@ -82,7 +83,7 @@ func (s *subscriber) configure(spec api.NotificationSubscriptionSpec) error {
 	}
 	client := &http.Client{
 		Timeout:   deliveryTimeout,
-		Transport: &http.Transport{TLSClientConfig: tlsCfg, Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 1},
+		Transport: s.dest.guard(&http.Transport{TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 1}),
 		// A redirect could take the signed event elsewhere, or to plain
 		// HTTP: the receiver's URL is the one the operator wrote.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },

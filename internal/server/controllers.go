@@ -152,7 +152,7 @@ func (c *controllers) lead(term context.Context) {
 	planSets := planset.NewController(c.client, factory)
 	// Off the write path: its handlers only queue, its own goroutines send.
 	notifier := notify.NewController(notify.Config{Client: c.client, Factory: factory, Events: c.events, Source: "https://" + c.address,
-		InitialBackoff: c.cfg.NotifyInitialBackoff, MaxBackoff: c.cfg.NotifyMaxBackoff})
+		InitialBackoff: c.cfg.NotifyInitialBackoff, MaxBackoff: c.cfg.NotifyMaxBackoff, Destinations: c.cfg.NotifyDestinations})
 	kubernetes := planner.NewController(c.client, factory, planner.Binaries{Dir: c.cfg.KubernetesBinDir})
 	endpoints := factory.Muster().V1alpha1().ServerEndpoints()
 	// Start what the controllers added; it runs until the server stops.

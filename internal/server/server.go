@@ -161,6 +161,10 @@ type Config struct {
 	// retries of a notification its receiver failed (internal/notify);
 	// zero for its defaults.
 	NotifyInitialBackoff, NotifyMaxBackoff time.Duration
+	// NotifyDestinations is where notification receivers may be: loopback
+	// and link-local addresses only where --notification-allowed-networks
+	// says.
+	NotifyDestinations notify.Destinations
 }
 
 // ProcessDriverDefaultDir is where the process driver keeps its machines

@@ -24,6 +24,10 @@ import (
 // down. The scenario is 2 minutes; CI uses 20 s, which exercises
 // the same queue and backoff (the retries reach --notification-max-backoff
 // either way). MUSTER_E2E_NOTIFY_OUTAGE=2m runs the length.
+// receiverOnThisHost lets the server send to the tests' receivers, which
+// listen on 127.0.0.1: a server refuses loopback receivers by default.
+const receiverOnThisHost = "--notification-allowed-networks=127.0.0.0/8"
+
 func notifyOutage(t *testing.T) time.Duration {
 	if v := os.Getenv("MUSTER_E2E_NOTIFY_OUTAGE"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -112,7 +116,7 @@ func TestNotificationsOutage(t *testing.T) {
 	t.Parallel()
 	key := "k-" + randomHex(24)
 	hook := receiver.Start(t, key)
-	s := startServer(t, "", "--agent-silence-threshold", "4s", "--notification-max-backoff", "4s")
+	s := startServer(t, "", "--agent-silence-threshold", "4s", "--notification-max-backoff", "4s", receiverOnThisHost)
 	operator := userKubeconfig(t, s, "otto", "muster:operators")
 	applySubscription(t, operator, "ops", hook.URL+"/events", hook.CAFile, key, 0, api.NotifyRegistrationPending, api.NotifyMachineUnavailable)
 	manual := newToken(t, s, "--manual-approval")
@@ -214,7 +218,7 @@ func TestNotificationsQueueBound(t *testing.T) {
 	}
 	dead := "https://" + l.Addr().String() + "/events"
 	l.Close()
-	s := startServer(t, "", "--notification-max-backoff", "2s")
+	s := startServer(t, "", "--notification-max-backoff", "2s", receiverOnThisHost)
 	applySubscription(t, s.kubeconfig(), "nowhere", dead, "", "k-"+randomHex(24), 5, api.NotifyRegistrationPending)
 	manual := newToken(t, s, "--manual-approval")
 	const n = 20
@@ -247,7 +251,7 @@ func BenchmarkNotificationLatency(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		key := "k-" + randomHex(24)
 		hook := receiver.Start(b, key)
-		s := startServer(b, "")
+		s := startServer(b, "", receiverOnThisHost)
 		ca, err := os.ReadFile(hook.CAFile)
 		if err != nil {
 			b.Fatal(err)
@@ -304,7 +308,7 @@ func TestNotificationsTransitions(t *testing.T) {
 	t.Parallel()
 	key := "k-" + randomHex(24)
 	hook := receiver.Start(t, key)
-	s := startServer(t, "")
+	s := startServer(t, "", receiverOnThisHost)
 	applySubscription(t, s.kubeconfig(), "all", hook.URL+"/events", hook.CAFile, key, 0, api.NotificationEvents...)
 	token := newToken(t, s)
 	rolloutAgents(t, s, token, map[string][]string{"nt-1": {"role=notify"}, "nt-2": {"role=notify"}})
@@ -345,7 +349,7 @@ func TestNotificationsPoolShort(t *testing.T) {
 	t.Parallel()
 	key := "k-" + randomHex(24)
 	hook := receiver.Start(t, key)
-	s := startServer(t, "", processDriver, "--agent-silence-threshold", "4s")
+	s := startServer(t, "", processDriver, "--agent-silence-threshold", "4s", receiverOnThisHost)
 	killPoolAgentsAtEnd(t, s)
 	applySubscription(t, s.kubeconfig(), "pools", hook.URL+"/events", hook.CAFile, key, 0, api.NotifyPoolShort)
 	s.mustKubectl("create", "-f", testdata("manifests", "cluster.yaml"))
