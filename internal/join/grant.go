@@ -267,8 +267,13 @@ func (g *Granter) Grant(ctx context.Context, reg *api.ClusterRegistration, csr *
 		if m, err = g.registerMachine(ctx, reg, tok, password, cluster); err != nil {
 			return nil, err
 		}
-	} else if m.Status.Phase == api.MachinePhasePending || m.Status.Phase == api.MachinePhaseProvisioning {
-		// Created by an operator or a driver, waiting for its agent.
+	}
+	// Created by an operator or a driver, waiting for its agent: whether
+	// this grant's cache saw it, or the create above found it (a pool's
+	// Machine made a moment before its agent joined). Left waiting, its
+	// agent would hold a certificate while the lifecycle never moves it
+	// past Provisioning.
+	if m.Status.Phase == api.MachinePhasePending || m.Status.Phase == api.MachinePhaseProvisioning {
 		if m, err = g.objects.MarkRegistering(ctx, m.Name); err != nil {
 			return nil, err
 		}
