@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -22,6 +23,7 @@ func main() {
 func newRootCommand() *cobra.Command {
 	cfg := agent.Config{Out: os.Stdout, OwnsKlog: true, SelfUpgrade: true}
 	var labels []string
+	var roleFlags struct{ etcd, controlplane, worker bool }
 	hostname, _ := os.Hostname()
 	dataDir := "muster-agent-data"
 	if os.Geteuid() == 0 {
@@ -71,6 +73,14 @@ func newRootCommand() *cobra.Command {
 			_ = os.Unsetenv("MUSTER_TOKEN")
 			cfg.TokenOnCommandLine = cmd.Flags().Changed("token")
 			cfg.Args = os.Args
+			for _, r := range []struct {
+				on   bool
+				role string
+			}{{roleFlags.etcd, "etcd"}, {roleFlags.controlplane, "controlplane"}, {roleFlags.worker, "worker"}} {
+				if r.on && !slices.Contains(cfg.Roles, r.role) {
+					cfg.Roles = append(cfg.Roles, r.role)
+				}
+			}
 			return agent.Run(agent.SignalContext(), cfg)
 		},
 	}
@@ -82,6 +92,11 @@ func newRootCommand() *cobra.Command {
 	f.BoolVar(&cfg.WithNodeID, "with-node-id", false, "append a random id kept in the data dir to the node name")
 	f.StringArrayVar(&labels, "label", nil, "label for the Machine, key=value (repeatable)")
 	f.StringArrayVar(&cfg.Roles, "role", nil, "role of the machine, e.g. worker (repeatable)")
+	// Rancher's registration command for custom machines spells the
+	// planner's roles as flags; the same command works here.
+	f.BoolVar(&roleFlags.etcd, "etcd", false, "role etcd (as --role etcd): an etcd member of a Cluster with spec.kubernetes")
+	f.BoolVar(&roleFlags.controlplane, "controlplane", false, "role controlplane (as --role controlplane): kube-apiserver of a Cluster with spec.kubernetes, reached through the server's /k8s/clusters/NAME")
+	f.BoolVar(&roleFlags.worker, "worker", false, "role worker (as --role worker): a worker of a Cluster with spec.kubernetes")
 	f.StringVar(&cfg.DataDir, "data-dir", dataDir, "directory for the node password, identity and certificate")
 	f.StringVar(&cfg.LogFormat, "log-format", "text", logformat.Usage)
 	f.BoolVar(&cfg.DisableExec, "disable-exec", false, "refuse every exec the server relays (kubectl muster exec); the agent says so to whoever asked")

@@ -183,8 +183,9 @@ func TestClusterAPIProxy(t *testing.T) {
 	if out, err := applyDoc(t, s, d.clusterDoc("prod")); err != nil {
 		t.Fatalf("applying the cluster: %v\n%s", err, out)
 	}
+	// --controlplane, as Rancher's registration command spells the role.
 	a := startAgent(t, s, t.TempDir(), "--token-file", writeTokenFile(t, newToken(t, s, "--cluster", "prod")), "--node-name", "cp-1",
-		"--role", "controlplane", "--kube-apiserver-port", fmt.Sprint(d.port))
+		"--controlplane", "--kube-apiserver-port", fmt.Sprint(d.port))
 	a.waitOutput("opened the tunnel to the server", 60*time.Second)
 	waitPhase(t, s, "cp-1", "Running", 60*time.Second)
 
