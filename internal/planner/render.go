@@ -51,8 +51,17 @@ const certValidity = 365 * 24 * time.Hour
 // the server encrypts them and redacted for viewers, and is recovered
 // from them by a new leader.
 type clusterPKI struct {
-	ca          *pki.CA
-	caKeyPEM    []byte
+	ca       *pki.CA
+	caKeyPEM []byte
+	// signer is the CA kube-controller-manager signs CSRs with (the
+	// kubelets' client certificates): kube-apiserver trusts it for
+	// clients beside ca, etcd does not. A certificate signed by ca is
+	// accepted by etcd as a client and as a peer, so signing the workers'
+	// with ca would hand every worker the cluster's etcd.
+	signer       *pki.CA
+	signerKeyPEM []byte
+	// signerNew: recovered from a plan without a signer, which was made now.
+	signerNew   bool
 	saKeyPEM    []byte
 	saPubPEM    []byte
 	tokenID     string
@@ -63,6 +72,9 @@ type clusterPKI struct {
 const (
 	fileCACert   = "ca.crt"
 	fileCAKey    = "ca.key"
+	fileSigner   = "signer-ca.crt"
+	fileSignKey  = "signer-ca.key"
+	fileClientCA = "client-ca.crt" // ca.crt and signer-ca.crt: kube-apiserver's --client-ca-file
 	fileSAKey    = "sa.key"
 	fileSAPub    = "sa.pub"
 	fileToken    = "bootstrap-token"
@@ -94,12 +106,31 @@ func newClusterPKI(cluster string) (*clusterPKI, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &clusterPKI{ca: ca, caKeyPEM: caKey, saKeyPEM: saPEM,
-		saPubPEM: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), tokenID: id, tokenSecret: secret}, nil
+	k := &clusterPKI{ca: ca, caKeyPEM: caKey, saKeyPEM: saPEM,
+		saPubPEM: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), tokenID: id, tokenSecret: secret}
+	if err := k.newSigner(cluster); err != nil {
+		return nil, err
+	}
+	return k, nil
 }
 
-// pkiFromPlan recovers a cluster's PKI from a server machine's plan.
-func pkiFromPlan(p *api.MachinePlan) *clusterPKI {
+func (k *clusterPKI) newSigner(cluster string) error {
+	signer, err := pki.NewCA("kubernetes-client-signer-" + cluster)
+	if err != nil {
+		return err
+	}
+	key, err := signer.KeyPEM()
+	if err != nil {
+		return err
+	}
+	k.signer, k.signerKeyPEM = signer, key
+	return nil
+}
+
+// pkiFromPlan recovers a cluster's PKI from a server machine's plan. A
+// plan written before the planner had a CSR signer gets a new one, which
+// the next plans carry.
+func pkiFromPlan(p *api.MachinePlan, cluster string) *clusterPKI {
 	files := map[string]string{}
 	for _, f := range p.Spec.Files {
 		files[path.Base(f.Path)] = f.Content
@@ -112,8 +143,16 @@ func pkiFromPlan(p *api.MachinePlan) *clusterPKI {
 	if !ok || len(id) != 6 || len(secret) != 16 {
 		return nil
 	}
-	return &clusterPKI{ca: ca, caKeyPEM: []byte(files[fileCAKey]), saKeyPEM: []byte(files[fileSAKey]),
+	k := &clusterPKI{ca: ca, caKeyPEM: []byte(files[fileCAKey]), saKeyPEM: []byte(files[fileSAKey]),
 		saPubPEM: []byte(files[fileSAPub]), tokenID: id, tokenSecret: secret}
+	if signer, err := pki.LoadCA([]byte(files[fileSigner]), []byte(files[fileSignKey])); err == nil {
+		k.signer, k.signerKeyPEM = signer, []byte(files[fileSignKey])
+	} else if k.newSigner(cluster) != nil {
+		return nil
+	} else {
+		k.signerNew = true
+	}
+	return k
 }
 
 // randomString is n characters a bootstrap token may hold ([a-z0-9]).
@@ -225,6 +264,9 @@ func render(in renderInput) (api.MachinePlanSpec, error) {
 	}
 	if server {
 		file("pki/"+fileCAKey, string(in.pki.caKeyPEM), 0o600)
+		file("pki/"+fileSigner, string(in.pki.signer.CertPEM), 0o644)
+		file("pki/"+fileSignKey, string(in.pki.signerKeyPEM), 0o600)
+		file("pki/"+fileClientCA, string(in.pki.ca.CertPEM)+string(in.pki.signer.CertPEM), 0o644)
 		file("pki/"+fileSAKey, string(in.pki.saKeyPEM), 0o600)
 		file("pki/"+fileSAPub, string(in.pki.saPubPEM), 0o644)
 		file("pki/"+fileToken, in.pki.tokenID+"."+in.pki.tokenSecret+"\n", 0o600)
@@ -503,7 +545,7 @@ func (in renderInput) apiServerCommand() string {
 	return fmt.Sprintf(`exec %s --etcd-servers=%s \
   --etcd-cafile=%s/ca.crt --etcd-certfile=%s/apiserver-etcd-client.crt --etcd-keyfile=%s/apiserver-etcd-client.key \
   --bind-address=0.0.0.0 --secure-port=%d --advertise-address=%s \
-  --tls-cert-file=%s/apiserver.crt --tls-private-key-file=%s/apiserver.key --client-ca-file=%s/ca.crt \
+  --tls-cert-file=%s/apiserver.crt --tls-private-key-file=%s/apiserver.key --client-ca-file=%s/client-ca.crt \
   --service-account-issuer=https://kubernetes.default.svc --service-account-key-file=%s/sa.pub --service-account-signing-key-file=%s/sa.key \
   --service-cluster-ip-range=%s --authorization-mode=Node,RBAC --enable-bootstrap-token-auth \
   --enable-admission-plugins=NodeRestriction \
@@ -514,9 +556,9 @@ func (in renderInput) apiServerCommand() string {
 
 // controllerManagerCommand runs kube-controller-manager against the
 // machine's own kube-apiserver, leader-elected among the control-plane
-// machines: it signs CSRs with the cluster's CA (the workers' kubelet
-// client certificates, which csrapproving approves for the bootstrap
-// token's group), makes the service-account tokens' secrets' ca.crt, and
+// machines: it signs CSRs (the workers' kubelet client certificates,
+// which csrapproving approves for the bootstrap token's group) with the
+// cluster's CSR signer, which kube-apiserver trusts and etcd does not, makes the service-account tokens' secrets' ca.crt, and
 // runs the bootstrap-token signer and cleaner besides the defaults.
 func (in renderInput) controllerManagerCommand(port int32) string {
 	d := in.dir()
@@ -524,7 +566,7 @@ func (in renderInput) controllerManagerCommand(port int32) string {
 	kc := path.Join(d, "controller-manager.kubeconfig")
 	return fmt.Sprintf(`exec %s --kubeconfig=%s --authentication-kubeconfig=%s --authorization-kubeconfig=%s \
   --bind-address=127.0.0.1 --secure-port=%d --leader-elect=true --cluster-name=%s \
-  --cluster-signing-cert-file=%s/ca.crt --cluster-signing-key-file=%s/ca.key \
+  --cluster-signing-cert-file=%s/signer-ca.crt --cluster-signing-key-file=%s/signer-ca.key \
   --service-account-private-key-file=%s/sa.key --root-ca-file=%s/ca.crt --use-service-account-credentials=true \
   --service-cluster-ip-range=%s --controllers=*,bootstrapsigner,tokencleaner
 `, in.bin.path("kube-controller-manager"), kc, kc, kc, port, in.cluster, p, p, p, p, in.serviceCIDR())

@@ -124,12 +124,19 @@ func TestRenderControllers(t *testing.T) {
 		}
 		kcm := files["kube-controller-manager.cmd"]
 		for _, want := range []string{"exec /opt/k8s/kube-controller-manager ", "--kubeconfig=/var/lib/muster-kubernetes/c/m1/controller-manager.kubeconfig",
-			"--leader-elect=true", "--cluster-signing-cert-file=/var/lib/muster-kubernetes/c/m1/pki/ca.crt", "--cluster-signing-key-file=/var/lib/muster-kubernetes/c/m1/pki/ca.key",
+			"--leader-elect=true", "--cluster-signing-cert-file=/var/lib/muster-kubernetes/c/m1/pki/signer-ca.crt", "--cluster-signing-key-file=/var/lib/muster-kubernetes/c/m1/pki/signer-ca.key",
 			"--service-account-private-key-file=/var/lib/muster-kubernetes/c/m1/pki/sa.key", "--root-ca-file=/var/lib/muster-kubernetes/c/m1/pki/ca.crt",
 			"--use-service-account-credentials=true", "--controllers=*,bootstrapsigner,tokencleaner", "--bind-address=127.0.0.1"} {
 			if !strings.Contains(kcm, want) {
 				t.Errorf("kube-controller-manager's command lacks %q:\n%s", want, kcm)
 			}
+		}
+		// What kcm signs (the kubelets' client certificates) kube-apiserver
+		// trusts, and etcd does not: etcd trusts the cluster's CA alone.
+		if files["client-ca.crt"] != files["ca.crt"]+files["signer-ca.crt"] || files["signer-ca.crt"] == files["ca.crt"] ||
+			!strings.Contains(files["kube-apiserver.cmd"], "--client-ca-file=/var/lib/muster-kubernetes/c/m1/pki/client-ca.crt ") ||
+			!strings.Contains(files["etcd.cmd"], "--trusted-ca-file /var/lib/muster-kubernetes/c/m1/pki/ca.crt ") {
+			t.Errorf("kube-apiserver's client CAs are not the cluster's CA and its CSR signer, or etcd trusts more than the cluster's CA:\n%s\n%s", files["kube-apiserver.cmd"], files["etcd.cmd"])
 		}
 		sched := files["kube-scheduler.cmd"]
 		for _, want := range []string{"exec /opt/k8s/kube-scheduler ", "--kubeconfig=/var/lib/muster-kubernetes/c/m1/scheduler.kubeconfig", "--leader-elect=true", "--bind-address=127.0.0.1"} {
@@ -195,5 +202,34 @@ func TestRenderWorker(t *testing.T) {
 	}
 	if len(w.Probes) != 1 || w.Probes[0].Exec == nil || !strings.Contains(strings.Join(w.Probes[0].Exec.Args, " "), "kubelet.kubeconfig get node w1") {
 		t.Errorf("a worker's probes %+v; want one reading its Node with its own credential", w.Probes)
+	}
+}
+
+// TestPKIFromPlanSigner: a new leader recovers the CSR signer from a plan
+// that carries it; from a plan written before there was one, it makes one
+// and says so (clusterPKI prefers a plan with the signer).
+func TestPKIFromPlanSigner(t *testing.T) {
+	k, err := newClusterPKI("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := render(renderInput{cluster: "c", spec: api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2"}, machine: "m1", address: "10.0.0.1",
+		stage: stage{etcdMember: 0}, members: []member{{"m1", "10.0.0.1"}}, pki: k, existing: map[string]string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := pkiFromPlan(&api.MachinePlan{Spec: spec}, "c")
+	if got == nil || got.signerNew || string(got.signer.CertPEM) != string(k.signer.CertPEM) {
+		t.Fatalf("recovered PKI %+v; want the plan's CSR signer", got)
+	}
+	var old api.MachinePlanSpec
+	for _, f := range spec.Files {
+		if !strings.Contains(f.Path, "signer-ca.") {
+			old.Files = append(old.Files, f)
+		}
+	}
+	got = pkiFromPlan(&api.MachinePlan{Spec: old}, "c")
+	if got == nil || !got.signerNew || got.signer == nil || string(got.ca.CertPEM) != string(k.ca.CertPEM) {
+		t.Fatalf("recovered PKI from a plan without a signer: %+v; want the cluster's CA and a new signer", got)
 	}
 }
