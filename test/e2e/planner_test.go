@@ -264,25 +264,6 @@ spec:
 			t.Errorf("worker %s's CSR through Muster: %v: %.200q; want it Approved,Issued by kube-controller-manager", w, err, out)
 		}
 	}
-	// What kube-controller-manager signs is no etcd credential: a
-	// worker's kubelet certificate, which kube-apiserver takes, is
-	// refused by etcd (it trusts the cluster's CA, not the CSR signer).
-	for w := range workers {
-		pair, err := tls.LoadX509KeyPair(filepath.Join(dir, w, "kubelet.crt"), filepath.Join(dir, w, "kubelet.key"))
-		if err != nil {
-			t.Fatalf("worker %s's kubelet certificate and key on its machine: %v", w, err)
-		}
-		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots}}}
-		if resp, err := c.Post("https://"+addr+":2379/v3/cluster/member/list", "application/json", strings.NewReader("{}")); err == nil {
-			resp.Body.Close()
-			t.Errorf("etcd answered worker %s's kubelet certificate (%s): a worker's credential must not reach etcd", w, resp.Status)
-		}
-		if fi, err := os.Stat(filepath.Join(dir, w, "kubelet.key")); err != nil {
-			t.Errorf("worker %s's kubelet.key: %v", w, err)
-		} else if fi.Mode().Perm() != 0o600 {
-			t.Errorf("worker %s's kubelet.key has mode %v; want 0600", w, fi.Mode().Perm())
-		}
-	}
 	// With the issued certificate each worker registered its Node, as a
 	// kubelet does (no container runtime here, so no kubelet, and the
 	// Nodes never turn Ready).
@@ -316,6 +297,25 @@ spec:
 	vkc := clusterKubeconfig(t, viewer, name)
 	if out, err := kubectlAs(vkc, "-n", "kube-system", "get", "configmaps", "-o", "name"); err != nil || !strings.Contains(out, "configmap/kube-root-ca.crt") {
 		t.Errorf("a viewer listing kube-system's ConfigMaps through Muster: %v: %s; want them read through the view role", err, out)
+	}
+	// What kube-controller-manager signs is no etcd credential: a
+	// worker's kubelet certificate, which kube-apiserver takes, is
+	// refused by etcd (it trusts the cluster's CA, not the CSR signer).
+	for w := range workers {
+		pair, err := tls.LoadX509KeyPair(filepath.Join(dir, w, "kubelet.crt"), filepath.Join(dir, w, "kubelet.key"))
+		if err != nil {
+			t.Fatalf("worker %s's kubelet certificate and key on its machine: %v", w, err)
+		}
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots}}}
+		if resp, err := c.Post("https://"+addr+":2379/v3/cluster/member/list", "application/json", strings.NewReader("{}")); err == nil {
+			resp.Body.Close()
+			t.Errorf("etcd answered worker %s's kubelet certificate (%s): a worker's credential must not reach etcd", w, resp.Status)
+		}
+		if fi, err := os.Stat(filepath.Join(dir, w, "kubelet.key")); err != nil {
+			t.Errorf("worker %s's kubelet.key: %v", w, err)
+		} else if fi.Mode().Perm() != 0o600 {
+			t.Errorf("worker %s's kubelet.key has mode %v; want 0600", w, fi.Mode().Perm())
+		}
 	}
 
 	// Scale the control plane 3 -> 5: the two new etcd members join one
