@@ -55,7 +55,7 @@ type Controller struct {
 }
 
 // NewController registers its informers with factory. bin says where
-// plans find etcd, kube-apiserver and kubectl on the machines.
+// plans find etcd, the Kubernetes components and kubectl on the machines.
 func NewController(client versioned.Interface, factory informers.SharedInformerFactory, bin Binaries) *Controller {
 	v := factory.Muster().V1alpha1()
 	c := &Controller{client: client, clusters: v.Clusters().Lister(), machines: v.Machines().Lister(),
