@@ -1,10 +1,11 @@
 #!/bin/sh
-# Builds the peer: a real kube-apiserver v1.37.2 and a standalone kine v0.17.5,
+# Builds the peer: a real kube-apiserver v1.37.2 (and its kube-controller-manager
+# and kube-scheduler, which the planner's e2e runs) and a standalone kine v0.17.5,
 # from the Go module proxy, each in its own module under hack/peer/ (never
 # muster's go.mod). Aggregated-mode tests run muster behind them, and
 # `make bench-peer` measures against them. The binaries land in a cache dir
 # outside the checkout, so that a CI machine builds them once:
-#   ${MUSTER_PEER_DIR:-$HOME/.cache/muster/peer/v1.37.2}/{kube-apiserver,kine}
+#   ${MUSTER_PEER_DIR:-$HOME/.cache/muster/peer/v1.37.2}/{kube-apiserver,kube-controller-manager,kube-scheduler,kine}
 # Prints the directory. Does nothing for a binary already there.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,5 +28,13 @@ if [ -x "$dir/kube-apiserver" ] && [ "$("$dir/kube-apiserver" --version 2>/dev/n
 	rm -f "$dir/kube-apiserver"
 fi
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$stamp"
+# The planner's control plane: same module (hack/peer/kube-apiserver's
+# go.mod lists them as tools), same version, same stamp.
+for c in kube-controller-manager kube-scheduler; do
+	[ -x "$dir/$c" ] && continue
+	echo "peer: building $c from the Go module proxy (minutes on a cold cache)" >&2
+	(cd "$root/hack/peer/kube-apiserver" && go build -trimpath -ldflags "$stamp" -o "$dir/$c.tmp.$$" "k8s.io/kubernetes/cmd/$c")
+	mv -f "$dir/$c.tmp.$$" "$dir/$c"
+done
 build kine github.com/k3s-io/kine
 echo "$dir"

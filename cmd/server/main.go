@@ -119,7 +119,7 @@ certificate, a server token and an admin kubeconfig there.`,
 	fl.StringVar(&cfg.AgentBinary, "agent-binary", "", "muster-agent binary served at /assets/ for install.sh (default: muster-agent beside this executable)")
 	fl.StringVar(&cfg.AgentAssetsDir, "agent-assets-dir", "", "directory of muster-agent-<os>-<arch> binaries (make release builds them), each served (public, with .sha256) at /assets/muster-agent-<os>-<arch> for install.sh on hosts of that architecture (default: the directory of this executable)")
 	fl.StringVar(&cfg.AgentBinariesDir, "agent-binaries-dir", "", "directory of muster-agent-<version>-<os>-<arch> binaries, served (public, with .sha256) at /assets/agent/<version>/muster-agent-<os>-<arch> for plans that upgrade agents (spec.agentUpgrade)")
-	fl.StringVar(&cfg.KubernetesBinDir, "kubernetes-bin-dir", "", "directory on the machines holding etcd, kube-apiserver and kubectl, which the planner's plans run for Clusters with spec.kubernetes (default: the machines' PATH)")
+	fl.StringVar(&cfg.KubernetesBinDir, "kubernetes-bin-dir", "", "directory on the machines holding etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl, which the planner's plans run for Clusters with spec.kubernetes (default: the machines' PATH)")
 	fl.BoolVar(&cfg.WithAgent, "with-agent", false, "also run the agent of this server's own host, joined like any other machine (its state in <data-dir>/agent); it reports in, and refuses exec, port-forward and any plan that does something unless the --host-agent-* flags allow them")
 	// The host agent runs as this server's user: whatever it lets
 	// operators do, they do as that user, with the CA key in reach.

@@ -55,7 +55,7 @@ type Controller struct {
 }
 
 // NewController registers its informers with factory. bin says where
-// plans find etcd, kube-apiserver and kubectl on the machines.
+// plans find etcd, the Kubernetes components and kubectl on the machines.
 func NewController(client versioned.Interface, factory informers.SharedInformerFactory, bin Binaries) *Controller {
 	v := factory.Muster().V1alpha1()
 	c := &Controller{client: client, clusters: v.Clusters().Lister(), machines: v.Machines().Lister(),
@@ -241,13 +241,22 @@ func (c *Controller) clusterPKI(cl *api.Cluster, planOf map[string]*api.MachineP
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	// A plan that carries the CSR signer wins over one written before
+	// there was one, so that a new leader keeps the signer in use.
+	var older *clusterPKI
 	for _, n := range names {
 		if p := planOf[n]; p.Labels[PlannerLabel] == cl.Name {
-			if k := pkiFromPlan(p); k != nil {
+			if k := pkiFromPlan(p, cl.Name); k != nil && !k.signerNew {
 				c.pkis[cl.Name] = k
 				return k, nil
+			} else if k != nil && older == nil {
+				older = k
 			}
 		}
+	}
+	if older != nil {
+		c.pkis[cl.Name] = older
+		return older, nil
 	}
 	k, err := newClusterPKI(cl.Name)
 	if err != nil {

@@ -1,13 +1,16 @@
 // Package planner brings a cluster's Kubernetes up on its machines, by
-// their roles (Rancher's Provisioning V2 planner, for upstream etcd and
-// kube-apiserver): for a Cluster with spec.kubernetes it keeps the
+// their roles (Rancher's Provisioning V2 planner, for upstream etcd,
+// kube-apiserver, kube-controller-manager and kube-scheduler): for a Cluster with spec.kubernetes it keeps the
 // cluster's PKI, and writes each etcd, control-plane and worker machine's
 // MachinePlan in order — the first etcd member bootstraps, the others are
 // added one at a time (member add before the member starts), each gated
 // on the previous one's /health probe; kube-apiserver starts on the
 // control-plane machines one at a time once etcd is whole, each gated on
-// its /readyz probe; workers come last, given their kubelet's bootstrap
-// credentials. It writes spec.kubernetesAPI so that users reach the new
+// its /readyz probe, then kube-controller-manager and kube-scheduler on
+// it, gated on their /healthz, before the next machine; workers come
+// last: their bootstrap credentials get a kubelet's client certificate
+// (kube-controller-manager approves and signs it), with which each
+// registers its Node. It writes spec.kubernetesAPI so that users reach the new
 // API through the server, and says in status.kubernetes and the
 // cluster's conditions where it is and which machine it waits on. It
 // runs on the elected leader only.
@@ -49,7 +52,10 @@ type stage struct {
 	// first, which bootstraps), or -1 for none.
 	etcdMember int
 	apiServer  bool
-	worker     bool
+	// controllers: kube-controller-manager and kube-scheduler, which a
+	// control-plane machine's plan gains once its kube-apiserver is ready.
+	controllers bool
+	worker      bool
 	// leave: the member leaves etcd (member remove) and stops: the drain
 	// plan of a deleted member's machine.
 	leave bool
@@ -69,6 +75,9 @@ func (s stage) key() string {
 	}
 	if s.apiServer {
 		parts = append(parts, "apiserver")
+	}
+	if s.controllers {
+		parts = append(parts, "controllers")
 	}
 	if s.worker {
 		parts = append(parts, "worker")
@@ -140,6 +149,8 @@ func order(nodes []node, members []string, elsewhere []string) decision {
 			switch {
 			case part == "apiserver" && n.roles[api.ControlPlaneRole]:
 				grown.apiServer = true
+			case part == "controllers" && n.roles[api.ControlPlaneRole]:
+				grown.controllers = true
 			case part == "worker" && n.roles[api.WorkerRole]:
 				grown.worker = true
 			}
@@ -304,7 +315,9 @@ func decide(nodes []node, members []string, elsewhere []string) decision {
 	}
 	d.tiers[CondEtcd] = tier{done: true, reason: "Healthy", message: fmt.Sprintf("%d etcd members healthy: %s", len(d.members), strings.Join(d.members, ", "))}
 
-	// The control plane, one machine at a time.
+	// The control plane, one machine at a time: its kube-apiserver, then
+	// (once that is ready) its kube-controller-manager and kube-scheduler,
+	// which talk to it, before the next machine starts anything.
 	for _, n := range cps {
 		s, ok := d.stages[n.name]
 		if !ok {
@@ -315,11 +328,18 @@ func decide(nodes []node, members []string, elsewhere []string) decision {
 		}
 		s.apiServer = true
 		d.stages[n.name] = s
-		if !healthy(n) {
+		// A plan that has the controllers already keeps them (order()
+		// never takes a part away): what it waits on then is all of it.
+		if !healthy(n) && !covers(n.plannedStage, "controllers") {
 			return wait(api.KubernetesPhaseStartingControlPlane, CondControlPlane, n, why(n, "kube-apiserver /readyz"))
 		}
+		s.controllers = true
+		d.stages[n.name] = s
+		if !healthy(n) {
+			return wait(api.KubernetesPhaseStartingControlPlane, CondControlPlane, n, why(n, "kube-controller-manager and kube-scheduler /healthz"))
+		}
 	}
-	d.tiers[CondControlPlane] = tier{done: true, reason: "Healthy", message: fmt.Sprintf("kube-apiserver ready on %d machines", len(cps))}
+	d.tiers[CondControlPlane] = tier{done: true, reason: "Healthy", message: fmt.Sprintf("kube-apiserver, kube-controller-manager and kube-scheduler healthy on %d machines", len(cps))}
 
 	// Workers last, all at once: none of them can hurt the control plane.
 	var pending *node
@@ -336,9 +356,9 @@ func decide(nodes []node, members []string, elsewhere []string) decision {
 		}
 	}
 	if pending != nil {
-		return wait(api.KubernetesPhaseJoiningWorkers, CondWorkers, pending, why(pending, "kubelet credentials"))
+		return wait(api.KubernetesPhaseJoiningWorkers, CondWorkers, pending, why(pending, "kubelet client certificate and Node registration"))
 	}
-	d.tiers[CondWorkers] = tier{done: true, reason: "Joined", message: fmt.Sprintf("%d workers have their kubelet credentials", len(workers))}
+	d.tiers[CondWorkers] = tier{done: true, reason: "Joined", message: fmt.Sprintf("%d workers have their kubelet client certificates and registered their Nodes", len(workers))}
 	d.phase = api.KubernetesPhaseReady
 	d.message = fmt.Sprintf("Kubernetes is up: %d etcd members, %d control-plane machines, %d workers", len(d.members), len(cps), len(workers))
 	return d

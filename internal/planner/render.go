@@ -28,6 +28,17 @@ const (
 	etcdMetricsPort = 2381 // loopback only, plain HTTP: the /health probe's
 )
 
+// Ports of kube-controller-manager and kube-scheduler (their /healthz),
+// on the machine's loopback only, when the cluster's kube-apiserver has
+// the default port: the upstream defaults. They move with
+// spec.kubernetes.apiServerPort (controllerPorts), so that two clusters
+// whose machines share a host (the process driver without network
+// namespaces), told apart by their kube-apiserver ports, do not collide.
+const (
+	controllerManagerPort = 10257
+	schedulerPort         = 10259
+)
+
 // certValidity is how long the certificates the planner issues last.
 // Rotation is not planned yet (docs/clusters.md says so).
 const certValidity = 365 * 24 * time.Hour
@@ -40,8 +51,17 @@ const certValidity = 365 * 24 * time.Hour
 // the server encrypts them and redacted for viewers, and is recovered
 // from them by a new leader.
 type clusterPKI struct {
-	ca          *pki.CA
-	caKeyPEM    []byte
+	ca       *pki.CA
+	caKeyPEM []byte
+	// signer is the CA kube-controller-manager signs CSRs with (the
+	// kubelets' client certificates): kube-apiserver trusts it for
+	// clients beside ca, etcd does not. A certificate signed by ca is
+	// accepted by etcd as a client and as a peer, so signing the workers'
+	// with ca would hand every worker the cluster's etcd.
+	signer       *pki.CA
+	signerKeyPEM []byte
+	// signerNew: recovered from a plan without a signer, which was made now.
+	signerNew   bool
 	saKeyPEM    []byte
 	saPubPEM    []byte
 	tokenID     string
@@ -52,6 +72,9 @@ type clusterPKI struct {
 const (
 	fileCACert   = "ca.crt"
 	fileCAKey    = "ca.key"
+	fileSigner   = "signer-ca.crt"
+	fileSignKey  = "signer-ca.key"
+	fileClientCA = "client-ca.crt" // ca.crt and signer-ca.crt: kube-apiserver's --client-ca-file
 	fileSAKey    = "sa.key"
 	fileSAPub    = "sa.pub"
 	fileToken    = "bootstrap-token"
@@ -83,12 +106,31 @@ func newClusterPKI(cluster string) (*clusterPKI, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &clusterPKI{ca: ca, caKeyPEM: caKey, saKeyPEM: saPEM,
-		saPubPEM: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), tokenID: id, tokenSecret: secret}, nil
+	k := &clusterPKI{ca: ca, caKeyPEM: caKey, saKeyPEM: saPEM,
+		saPubPEM: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), tokenID: id, tokenSecret: secret}
+	if err := k.newSigner(cluster); err != nil {
+		return nil, err
+	}
+	return k, nil
 }
 
-// pkiFromPlan recovers a cluster's PKI from a server machine's plan.
-func pkiFromPlan(p *api.MachinePlan) *clusterPKI {
+func (k *clusterPKI) newSigner(cluster string) error {
+	signer, err := pki.NewCA("kubernetes-client-signer-" + cluster)
+	if err != nil {
+		return err
+	}
+	key, err := signer.KeyPEM()
+	if err != nil {
+		return err
+	}
+	k.signer, k.signerKeyPEM = signer, key
+	return nil
+}
+
+// pkiFromPlan recovers a cluster's PKI from a server machine's plan. A
+// plan written before the planner had a CSR signer gets a new one, which
+// the next plans carry.
+func pkiFromPlan(p *api.MachinePlan, cluster string) *clusterPKI {
 	files := map[string]string{}
 	for _, f := range p.Spec.Files {
 		files[path.Base(f.Path)] = f.Content
@@ -101,8 +143,16 @@ func pkiFromPlan(p *api.MachinePlan) *clusterPKI {
 	if !ok || len(id) != 6 || len(secret) != 16 {
 		return nil
 	}
-	return &clusterPKI{ca: ca, caKeyPEM: []byte(files[fileCAKey]), saKeyPEM: []byte(files[fileSAKey]),
+	k := &clusterPKI{ca: ca, caKeyPEM: []byte(files[fileCAKey]), saKeyPEM: []byte(files[fileSAKey]),
 		saPubPEM: []byte(files[fileSAPub]), tokenID: id, tokenSecret: secret}
+	if signer, err := pki.LoadCA([]byte(files[fileSigner]), []byte(files[fileSignKey])); err == nil {
+		k.signer, k.signerKeyPEM = signer, []byte(files[fileSignKey])
+	} else if k.newSigner(cluster) != nil {
+		return nil
+	} else {
+		k.signerNew = true
+	}
+	return k
 }
 
 // randomString is n characters a bootstrap token may hold ([a-z0-9]).
@@ -120,7 +170,8 @@ func randomString(n int) (string, error) {
 
 // Binaries are where a plan finds the programs it runs on the machine.
 type Binaries struct {
-	// Dir, when set, holds etcd, kube-apiserver and kubectl; unset, the
+	// Dir, when set, holds etcd, kube-apiserver, kube-controller-manager,
+	// kube-scheduler and kubectl; unset, the
 	// plan runs them from the machine's PATH. It is a stand-in for
 	// binaries the plan would download pinned by sha256, which the planner
 	// does not do yet (docs/clusters.md).
@@ -167,6 +218,19 @@ func (in renderInput) apiPort() int32 {
 	return api.DefaultKubernetesAPIPort
 }
 
+// controllerPorts are the machine's kube-controller-manager and
+// kube-scheduler ports: the upstream defaults shifted by as much as the
+// cluster's kube-apiserver port is from its default; where that would pass
+// 65535 (a kube-apiserver port above 61719), 3818 and 3816 below it instead.
+func (in renderInput) controllerPorts() (kcm, scheduler int32) {
+	shift := in.apiPort() - api.DefaultKubernetesAPIPort
+	kcm, scheduler = controllerManagerPort+shift, schedulerPort+shift
+	if scheduler > 65535 {
+		kcm, scheduler = kcm-2*(schedulerPort-api.DefaultKubernetesAPIPort), scheduler-2*(schedulerPort-api.DefaultKubernetesAPIPort)
+	}
+	return kcm, scheduler
+}
+
 // render makes the machine's plan spec for its stage.
 func render(in renderInput) (api.MachinePlanSpec, error) {
 	d := in.dir()
@@ -200,6 +264,9 @@ func render(in renderInput) (api.MachinePlanSpec, error) {
 	}
 	if server {
 		file("pki/"+fileCAKey, string(in.pki.caKeyPEM), 0o600)
+		file("pki/"+fileSigner, string(in.pki.signer.CertPEM), 0o644)
+		file("pki/"+fileSignKey, string(in.pki.signerKeyPEM), 0o600)
+		file("pki/"+fileClientCA, string(in.pki.ca.CertPEM)+string(in.pki.signer.CertPEM), 0o644)
 		file("pki/"+fileSAKey, string(in.pki.saKeyPEM), 0o600)
 		file("pki/"+fileSAPub, string(in.pki.saPubPEM), 0o644)
 		file("pki/"+fileToken, in.pki.tokenID+"."+in.pki.tokenSecret+"\n", 0o600)
@@ -275,12 +342,50 @@ func render(in renderInput) (api.MachinePlanSpec, error) {
 			// names; /readyz is open to anyone (system:public-info-viewer).
 			HTTPGet: &api.HTTPGetProbe{URL: fmt.Sprintf("https://127.0.0.1:%d/readyz", in.apiPort()), InsecureSkipVerify: true}})
 	}
+	if in.stage.controllers {
+		kcmPort, schedPort := in.controllerPorts()
+		local := fmt.Sprintf("https://127.0.0.1:%d", in.apiPort())
+		for _, c := range []struct{ name, cn string }{{"controller-manager", "system:kube-controller-manager"}, {"scheduler", "system:kube-scheduler"}} {
+			// Their users, which Kubernetes' default RBAC binds to their
+			// roles (system:kube-controller-manager, system:kube-scheduler).
+			cert, key, err := in.keep(c.name, func() ([]byte, []byte, error) { return in.pki.ca.IssueClient(c.cn, nil, certValidity) }, nil)
+			if err != nil {
+				return spec, err
+			}
+			file("pki/"+c.name+".crt", cert, 0o644)
+			file("pki/"+c.name+".key", key, 0o600)
+			file(c.name+".kubeconfig", kubeconfig(local, path.Join(d, "pki", fileCACert),
+				"client-certificate: "+path.Join(d, "pki/"+c.name+".crt")+"\n    client-key: "+path.Join(d, "pki/"+c.name+".key")), 0o600)
+		}
+		file("kube-controller-manager.cmd", in.controllerManagerCommand(kcmPort), 0o600)
+		file("kube-scheduler.cmd", in.schedulerCommand(schedPort), 0o600)
+		spec.Instructions = append(spec.Instructions,
+			api.PlanInstruction{Name: "kube-controller-manager", Command: "/bin/sh", Args: []string{path.Join(d, "run.sh"), "kube-controller-manager"}, TimeoutSeconds: 60},
+			api.PlanInstruction{Name: "kube-scheduler", Command: "/bin/sh", Args: []string{path.Join(d, "run.sh"), "kube-scheduler"}, TimeoutSeconds: 60})
+		// Their serving certificates are the self-signed ones they make
+		// in memory, which only these loopback probes see: /healthz is
+		// open to anyone (their --authorization-always-allow-paths).
+		spec.Probes = append(spec.Probes,
+			api.PlanProbe{Name: "kube-controller-manager", PeriodSeconds: 2, FailureThreshold: 3,
+				HTTPGet: &api.HTTPGetProbe{URL: fmt.Sprintf("https://127.0.0.1:%d/healthz", kcmPort), InsecureSkipVerify: true}},
+			api.PlanProbe{Name: "kube-scheduler", PeriodSeconds: 2, FailureThreshold: 3,
+				HTTPGet: &api.HTTPGetProbe{URL: fmt.Sprintf("https://127.0.0.1:%d/healthz", schedPort), InsecureSkipVerify: true}})
+	}
 	if in.stage.worker {
 		file("bootstrap.kubeconfig", kubeconfig("https://"+net.JoinHostPort(in.apiServer, fmt.Sprint(in.apiPort())), path.Join(d, "pki", fileCACert),
 			"token: "+in.pki.tokenID+"."+in.pki.tokenSecret), 0o600)
+		// The kubelet's own credential: the certificate its CSR is
+		// issued (kubelet.crt) and the key the script makes (kubelet.key,
+		// 0600), both written on the machine, never in the plan.
+		file("kubelet.kubeconfig", kubeconfig("https://"+net.JoinHostPort(in.apiServer, fmt.Sprint(in.apiPort())), path.Join(d, "pki", fileCACert),
+			"client-certificate: "+path.Join(d, "kubelet.crt")+"\n    client-key: "+path.Join(d, "kubelet.key")), 0o600)
 		file("kubelet-bootstrap.sh", in.kubeletBootstrapScript(), 0o700)
 		spec.Instructions = append(spec.Instructions, api.PlanInstruction{Name: "kubelet-bootstrap", Command: "/bin/sh",
-			Args: []string{path.Join(d, "kubelet-bootstrap.sh")}, TimeoutSeconds: 120, SaveOutput: true})
+			Args: []string{path.Join(d, "kubelet-bootstrap.sh")}, TimeoutSeconds: 180, SaveOutput: true})
+		// Healthy once the cluster has the worker's Node, read with the
+		// worker's own credential.
+		spec.Probes = append(spec.Probes, api.PlanProbe{Name: "node", PeriodSeconds: 3, TimeoutSeconds: 10, FailureThreshold: 3,
+			Exec: &api.ExecProbe{Command: in.bin.path("kubectl"), Args: []string{"--kubeconfig", path.Join(d, "kubelet.kubeconfig"), "get", "node", in.machine, "-o", "name"}}})
 	}
 	sort.Slice(spec.Files, func(i, j int) bool { return spec.Files[i].Path < spec.Files[j].Path })
 	return spec, nil
@@ -388,7 +493,7 @@ exit 1
 }
 
 // etcdLeaveScript removes the machine from etcd's members through another
-// member (found by its peer URL), then stops its etcd and kube-apiserver.
+// member (found by its peer URL), then stops what the machine runs.
 func (in renderInput) etcdLeaveScript() string {
 	p := path.Join(in.dir(), "pki")
 	peer := fmt.Sprintf("https://%s", net.JoinHostPort(in.address, fmt.Sprint(etcdPeerPort)))
@@ -415,7 +520,7 @@ for i in $(seq 60); do
   sleep 1
 done
 if [ -z "$gone" ]; then echo "no etcd member (%[3]s) removed %[1]s in 60 s: is the cluster's etcd healthy?" >&2; exit 1; fi
-for n in kube-apiserver etcd; do
+for n in kube-scheduler kube-controller-manager kube-apiserver etcd; do
   [ -f $d/$n.pid ] && kill "$(cat $d/$n.pid)" 2>/dev/null || true
 done
 exit 0
@@ -440,12 +545,40 @@ func (in renderInput) apiServerCommand() string {
 	return fmt.Sprintf(`exec %s --etcd-servers=%s \
   --etcd-cafile=%s/ca.crt --etcd-certfile=%s/apiserver-etcd-client.crt --etcd-keyfile=%s/apiserver-etcd-client.key \
   --bind-address=0.0.0.0 --secure-port=%d --advertise-address=%s \
-  --tls-cert-file=%s/apiserver.crt --tls-private-key-file=%s/apiserver.key --client-ca-file=%s/ca.crt \
+  --tls-cert-file=%s/apiserver.crt --tls-private-key-file=%s/apiserver.key --client-ca-file=%s/client-ca.crt \
   --service-account-issuer=https://kubernetes.default.svc --service-account-key-file=%s/sa.pub --service-account-signing-key-file=%s/sa.key \
   --service-cluster-ip-range=%s --authorization-mode=Node,RBAC --enable-bootstrap-token-auth \
+  --enable-admission-plugins=NodeRestriction \
   --cert-dir=%s
 `, in.bin.path("kube-apiserver"), strings.Join(etcd, ","), p, p, p, in.apiPort(), in.address, p, p, p, p, p,
 		in.serviceCIDR(), path.Join(d, "apiserver-certs"))
+}
+
+// controllerManagerCommand runs kube-controller-manager against the
+// machine's own kube-apiserver, leader-elected among the control-plane
+// machines: it signs CSRs (the workers' kubelet client certificates,
+// which csrapproving approves for the bootstrap token's group) with the
+// cluster's CSR signer, which kube-apiserver trusts and etcd does not, makes the service-account tokens' secrets' ca.crt, and
+// runs the bootstrap-token signer and cleaner besides the defaults.
+func (in renderInput) controllerManagerCommand(port int32) string {
+	d := in.dir()
+	p := path.Join(d, "pki")
+	kc := path.Join(d, "controller-manager.kubeconfig")
+	return fmt.Sprintf(`exec %s --kubeconfig=%s --authentication-kubeconfig=%s --authorization-kubeconfig=%s \
+  --bind-address=127.0.0.1 --secure-port=%d --leader-elect=true --cluster-name=%s \
+  --cluster-signing-cert-file=%s/signer-ca.crt --cluster-signing-key-file=%s/signer-ca.key \
+  --service-account-private-key-file=%s/sa.key --root-ca-file=%s/ca.crt --use-service-account-credentials=true \
+  --service-cluster-ip-range=%s --controllers=*,bootstrapsigner,tokencleaner
+`, in.bin.path("kube-controller-manager"), kc, kc, kc, port, in.cluster, p, p, p, p, in.serviceCIDR())
+}
+
+// schedulerCommand runs kube-scheduler against the machine's own
+// kube-apiserver, leader-elected among the control-plane machines.
+func (in renderInput) schedulerCommand(port int32) string {
+	kc := path.Join(in.dir(), "scheduler.kubeconfig")
+	return fmt.Sprintf(`exec %s --kubeconfig=%s --authentication-kubeconfig=%s --authorization-kubeconfig=%s \
+  --bind-address=127.0.0.1 --secure-port=%d --leader-elect=true
+`, in.bin.path("kube-scheduler"), kc, kc, kc, port)
 }
 
 // versionCheck fails the plan, saying what it found, when the machine's
@@ -499,24 +632,61 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "muster:view
 }
 
 // kubeletBootstrapScript does, with the worker's bootstrap credentials,
-// what a kubelet's TLS bootstrap does first: it makes a key and asks the
-// cluster for a client certificate as system:node:<machine> (a CSR for
-// signer kubernetes.io/kube-apiserver-client-kubelet). No container
-// runtime runs here, so no kubelet does; this proves the credentials.
+// what a kubelet's TLS bootstrap does: it makes a key and asks the cluster
+// for a client certificate as system:node:<machine> (a CSR for signer
+// kubernetes.io/kube-apiserver-client-kubelet), which
+// kube-controller-manager approves (the bootstrap token's group may
+// auto-approve node client CSRs) and signs with the cluster's CA; then,
+// with that certificate, it registers the machine's Node as a kubelet
+// does first (the Node authorizer and NodeRestriction let a node create
+// its own Node). No container runtime runs here, so no kubelet does, and
+// the Node never turns Ready; this proves the credentials end to end.
 func (in renderInput) kubeletBootstrapScript() string {
 	d := in.dir()
 	return fmt.Sprintf(`#!/bin/sh
 set -eu
+umask 077
 d=%[1]s
-k="%[2]s --kubeconfig $d/bootstrap.kubeconfig"
-[ -f $d/kubelet.key ] || openssl ecparam -name prime256v1 -genkey -noout -out $d/kubelet.key
-req=$(openssl req -new -key $d/kubelet.key -subj "/O=system:nodes/CN=system:node:%[3]s" | base64 | tr -d '\n')
+kubectl=%[2]s
+k="$kubectl --kubeconfig $d/bootstrap.kubeconfig"
+csr=node-csr-%[3]s
+if ! [ -s $d/kubelet.crt ]; then
+  [ -f $d/kubelet.key ] || openssl ecparam -name prime256v1 -genkey -noout -out $d/kubelet.key
+  req=$(openssl req -new -key $d/kubelet.key -subj "/O=system:nodes/CN=system:node:%[3]s" | base64 | tr -d '\n')
+  made=""
+  for i in $(seq 60); do
+    if $k get csr $csr >/dev/null 2>&1; then made=1; break; fi
+    printf 'apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata: {name: %%s}\nspec:\n  signerName: kubernetes.io/kube-apiserver-client-kubelet\n  usages: [digital signature, client auth]\n  request: %%s\n' $csr "$req" | $k create -f - && { made=1; break; }
+    sleep 1
+  done
+  if [ -z "$made" ]; then
+    echo "the cluster's API at %[4]s did not take this worker's CSR with its bootstrap token for 60 s" >&2
+    exit 1
+  fi
+  echo "CSR $csr is in the cluster"
+  for i in $(seq 90); do
+    st=$($k get csr $csr -o 'jsonpath={.status.conditions[*].type}' 2>/dev/null || true)
+    case "$st" in *Denied*|*Failed*) echo "CSR $csr is $st: delete it (kubectl delete csr $csr) to have this plan ask again" >&2; exit 1;; esac
+    c=$($k get csr $csr -o 'jsonpath={.status.certificate}' 2>/dev/null || true)
+    if [ -n "$c" ]; then
+      printf '%%s' "$c" | base64 -d >$d/kubelet.crt.tmp && mv $d/kubelet.crt.tmp $d/kubelet.crt
+      break
+    fi
+    sleep 1
+  done
+  if ! [ -s $d/kubelet.crt ]; then
+    echo "CSR $csr was not approved and issued in 90 s: kube-controller-manager approves and signs it (see the control-plane machines' kube-controller-manager.log)" >&2
+    exit 1
+  fi
+  echo "CSR $csr approved and issued: kubelet.crt"
+fi
+kn="$kubectl --kubeconfig $d/kubelet.kubeconfig"
 for i in $(seq 60); do
-  if $k get csr node-csr-%[3]s >/dev/null 2>&1; then echo "CSR node-csr-%[3]s is in the cluster"; exit 0; fi
-  printf 'apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata: {name: node-csr-%[3]s}\nspec:\n  signerName: kubernetes.io/kube-apiserver-client-kubelet\n  usages: [digital signature, client auth]\n  request: %%s\n' "$req" | $k create -f - && exit 0
+  if $kn get node %[3]s -o name >/dev/null 2>&1; then echo "Node %[3]s is registered"; exit 0; fi
+  printf 'apiVersion: v1\nkind: Node\nmetadata:\n  name: %[3]s\n  labels: {kubernetes.io/hostname: %[3]s, kubernetes.io/os: linux}\n' | $kn create -f - && { echo "registered Node %[3]s"; exit 0; }
   sleep 1
 done
-echo "the cluster's API at %[4]s did not take this worker's CSR with its bootstrap token for 60 s" >&2
+echo "the cluster's API at %[4]s did not take Node %[3]s from this worker's kubelet credential (kubelet.kubeconfig) for 60 s" >&2
 exit 1
 `, d, in.bin.path("kubectl"), in.machine, in.apiServer)
 }

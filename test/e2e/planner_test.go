@@ -19,10 +19,10 @@ import (
 	"github.com/muster-io/muster/internal/planner"
 )
 
-// kubernetesBinDir is a directory holding the etcd, kube-apiserver and
-// kubectl the planner's plans run (the server's --kubernetes-bin-dir):
-// Debian's etcd-server, the kube-apiserver hack/peer.sh builds, and the
-// kubectl of this host. It stands in for binaries a plan would download
+// kubernetesBinDir is a directory holding the etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler and kubectl the planner's plans
+// run (the server's --kubernetes-bin-dir): Debian's etcd-server, the
+// Kubernetes components hack/peer.sh builds, and the kubectl of this host. It stands in for binaries a plan would download
 // pinned by sha256, which the planner does not do yet.
 func kubernetesBinDir(t *testing.T) string {
 	t.Helper()
@@ -35,7 +35,14 @@ func kubernetesBinDir(t *testing.T) string {
 		t.Fatalf("no kubectl: %v", err)
 	}
 	dir := t.TempDir()
-	for name, target := range map[string]string{"etcd": etcd, "kube-apiserver": filepath.Join(peerDir(t), "kube-apiserver"), "kubectl": kubectl} {
+	peer := peerDir(t)
+	for _, c := range []string{"kube-controller-manager", "kube-scheduler"} {
+		if _, err := os.Stat(filepath.Join(peer, c)); err != nil {
+			t.Fatalf("no %s beside the peer's kube-apiserver (hack/peer.sh builds it; run make peer): %v", c, err)
+		}
+	}
+	for name, target := range map[string]string{"etcd": etcd, "kube-apiserver": filepath.Join(peer, "kube-apiserver"),
+		"kube-controller-manager": filepath.Join(peer, "kube-controller-manager"), "kube-scheduler": filepath.Join(peer, "kube-scheduler"), "kubectl": kubectl} {
 		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)
 		}
@@ -51,10 +58,14 @@ func kubernetesBinDir(t *testing.T) string {
 // pool of 3 etcd,controlplane machines and a pool of 2 workers on the
 // process driver, each machine in its own network namespace: from
 // `kubectl apply` to a Ready cluster, with real etcd members (the first
-// bootstrapped, the others added one at a time) and real kube-apiservers;
-// then, through Muster's proxy with the kubeconfig `kubectl muster
-// kubeconfig` prints, /readyz, create namespace and a watch; the workers'
-// kubelet bootstrap credentials made a CSR each in the cluster. Then the
+// bootstrapped, the others added one at a time), real kube-apiservers,
+// kube-controller-managers and kube-schedulers; then, through Muster's
+// proxy with the kubeconfig `kubectl muster kubeconfig` prints, /readyz,
+// create namespace and a watch; the workers' kubelet bootstrap credentials
+// made a CSR each, which kube-controller-manager approved and signed, and
+// with that certificate each worker registered its Node; the controllers
+// hold their leader leases, and a viewer reads through the view role they
+// aggregated. Then the
 // control plane grows 3 -> 5, etcd answering all along. The times from
 // apply to Ready and of the scale-up are logged. Not parallel: it measures that figure,
 // and five machines running etcd and kube-apiserver keep both cores busy.
@@ -244,6 +255,66 @@ spec:
 		out, err := kubectlAs(kc, "get", "csr", "node-csr-"+w, "-o", "jsonpath={.spec.username} {.spec.signerName}")
 		if err != nil || !strings.HasPrefix(out, "system:bootstrap:") || !strings.HasSuffix(out, " kubernetes.io/kube-apiserver-client-kubelet") {
 			t.Errorf("worker %s's CSR through Muster: %v: %q; want one made by its bootstrap token for the kubelet signer", w, err, out)
+		}
+		// kube-controller-manager approved it (csrapproving: the
+		// bootstrappers may auto-approve node client CSRs) and signed it
+		// with the cluster's CA (csrsigning): kubectl's CONDITION column.
+		out, err = kubectlAs(kc, "get", "csr", "node-csr-"+w, "--no-headers", "-o", "custom-columns=CONDITION:.status.conditions[*].type,CERT:.status.certificate")
+		if f := strings.Fields(out); err != nil || len(f) != 2 || f[0] != "Approved" || len(f[1]) < 100 {
+			t.Errorf("worker %s's CSR through Muster: %v: %.200q; want it Approved,Issued by kube-controller-manager", w, err, out)
+		}
+	}
+	// With the issued certificate each worker registered its Node, as a
+	// kubelet does (no container runtime here, so no kubelet, and the
+	// Nodes never turn Ready).
+	out, err := kubectlAs(kc, "get", "nodes", "-o", "name")
+	var nodes []string
+	for _, l := range strings.Fields(out) {
+		nodes = append(nodes, strings.TrimPrefix(l, "node/"))
+	}
+	if err != nil || len(nodes) != len(workers) {
+		t.Errorf("kubectl get nodes through Muster: %v: %q; want the %d workers", err, out, len(workers))
+	}
+	for _, n := range nodes {
+		if _, ok := workers[n]; !ok {
+			t.Errorf("Node %s is no worker of the cluster (%v)", n, workers)
+		}
+	}
+	// kube-controller-manager and kube-scheduler run leader-elected:
+	// their Leases in kube-system name the holder.
+	for _, l := range []string{"kube-controller-manager", "kube-scheduler"} {
+		if out, err := kubectlAs(kc, "-n", "kube-system", "get", "lease", l, "-o", "jsonpath={.spec.holderIdentity}"); err != nil || strings.TrimSpace(out) == "" {
+			t.Errorf("the %s leader Lease through Muster: %v: %q; want one with a holder", l, err, out)
+		}
+	}
+	// kube-controller-manager's clusterrole-aggregation filled the view
+	// role (empty without it), so the muster:viewers binding grants
+	// reads: a viewer lists kube-system's ConfigMaps through Muster (the
+	// root CA one is kube-controller-manager's too).
+	if out, err := kubectlAs(kc, "get", "clusterrole", "view", "-o", "jsonpath={.rules[*].resources}"); err != nil || !strings.Contains(out, "configmaps") {
+		t.Errorf("the view ClusterRole's rules: %v: %.300q; want the aggregated read rules", err, out)
+	}
+	vkc := clusterKubeconfig(t, viewer, name)
+	if out, err := kubectlAs(vkc, "-n", "kube-system", "get", "configmaps", "-o", "name"); err != nil || !strings.Contains(out, "configmap/kube-root-ca.crt") {
+		t.Errorf("a viewer listing kube-system's ConfigMaps through Muster: %v: %s; want them read through the view role", err, out)
+	}
+	// What kube-controller-manager signs is no etcd credential: a
+	// worker's kubelet certificate, which kube-apiserver takes, is
+	// refused by etcd (it trusts the cluster's CA, not the CSR signer).
+	for w := range workers {
+		pair, err := tls.LoadX509KeyPair(filepath.Join(dir, w, "kubelet.crt"), filepath.Join(dir, w, "kubelet.key"))
+		if err != nil {
+			t.Fatalf("worker %s's kubelet certificate and key on its machine: %v", w, err)
+		}
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots}}}
+		if resp, err := c.Post("https://"+addr+":2379/v3/cluster/member/list", "application/json", strings.NewReader("{}")); err == nil {
+			resp.Body.Close()
+			t.Errorf("etcd answered worker %s's kubelet certificate (%s): a worker's credential must not reach etcd", w, resp.Status)
+		}
+		if fi, err := os.Stat(filepath.Join(dir, w, "kubelet.key")); err != nil {
+			t.Errorf("worker %s's kubelet.key: %v", w, err)
+		} else if fi.Mode().Perm() != 0o600 {
+			t.Errorf("worker %s's kubelet.key has mode %v; want 0600", w, fi.Mode().Perm())
 		}
 	}
 
