@@ -629,7 +629,7 @@ func (in renderInput) servesVersion() string {
 	return fmt.Sprintf(`d=%[1]s
 for i in $(seq 120); do
   kill -0 "$(cat $d/kube-apiserver.pid 2>/dev/null)" 2>/dev/null || { echo "kube-apiserver %[3]s exited; the end of $d/kube-apiserver.log:" >&2; tail -n 5 $d/kube-apiserver.log >&2; exit 1; }
-  v=$(curl -sk --max-time 2 https://127.0.0.1:%[2]d/version | sed -n 's/.*"gitVersion": *"\([^"]*\)".*//p')
+  v=$(curl -sk --max-time 2 https://127.0.0.1:%[2]d/version | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p')
   [ "$v" = "%[3]s" ] && { echo "kube-apiserver serves $v"; exit 0; }
   sleep 1
 done

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"os/exec"
 	"path"
 	"reflect"
 	"strings"
@@ -85,5 +86,21 @@ func TestRenderStable(t *testing.T) {
 		if strings.Contains(f.Content, "PRIVATE KEY") {
 			t.Errorf("a worker's plan holds a private key in %s", f.Path)
 		}
+	}
+}
+
+// TestServesVersionReadsVersion: the version gate reads gitVersion out
+// of what kube-apiserver's /version serves (its sed, run on a real answer).
+func TestServesVersionReadsVersion(t *testing.T) {
+	script := renderInput{cluster: "c", machine: "m1", spec: api.ClusterKubernetes{Version: "v1.37.2"}}.servesVersion()
+	i := strings.Index(script, "sed -n '")
+	if i < 0 {
+		t.Fatalf("no sed in the version gate:\n%s", script)
+	}
+	sed := script[i : i+strings.Index(script[i+8:], "'")+9]
+	answer := "{\n  \"major\": \"1\",\n  \"gitVersion\": \"v1.37.2\",\n  \"gitCommit\": \"abc\"\n}\n"
+	out, err := exec.Command("/bin/sh", "-c", "printf '%s' \"$1\" | "+sed, "sh", answer).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "v1.37.2" {
+		t.Errorf("%s on /version's answer: %v %q; want v1.37.2", sed, err, out)
 	}
 }
