@@ -28,4 +28,7 @@ if [ -x "$dir/kube-apiserver" ] && [ "$("$dir/kube-apiserver" --version 2>/dev/n
 fi
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$stamp"
 build kine github.com/k3s-io/kine
+# The previous release's kube-apiserver (v1.36.3), which the planner's
+# rolling-upgrade e2e upgrades from; its own script and module.
+"$root/hack/peer-previous.sh" >&2
 echo "$dir"

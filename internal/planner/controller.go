@@ -259,7 +259,8 @@ func (c *Controller) rollInput(cl *api.Cluster, machines map[string]*api.Machine
 		}
 	}
 	if cond := meta.FindStatusCondition(cl.Status.Conditions, CondUpgrade); cond != nil && (cond.Reason == ReasonReverted || cond.Reason == ReasonReverting) {
-		in.failedWhy = cond.Message
+		in.failedWhy = failedReason(cond.Message)
+		in.reverting = cond.Reason == ReasonReverting
 	}
 	names := make([]string, 0, len(machines))
 	for n := range machines {

@@ -26,6 +26,19 @@ const (
 	ReasonVersionUnavailable = "VersionUnavailable"
 )
 
+// notRetried ends the reason a version was reverted for, in CondUpgrade's
+// message: what comes before it is that reason, read back on later passes.
+const notRetried = "it is not tried again until spec.kubernetes.version changes"
+
+// failedReason is the reason a version was reverted for, out of a
+// Reverting or Reverted CondUpgrade message.
+func failedReason(msg string) string {
+	if i := strings.Index(msg, notRetried); i >= 0 {
+		return msg[:i+len(notRetried)]
+	}
+	return msg
+}
+
 // rollInput is what a version change is decided from: the cluster's spec
 // and status, its upgrade strategy, and the time.
 type rollInput struct {
@@ -35,6 +48,9 @@ type rollInput struct {
 	// failedWhy is CondUpgrade's message while failed is set: why it was
 	// reverted, kept while the cluster stays on running.
 	failedWhy string
+	// reverting: CondUpgrade said Reverting on the last pass, so a
+	// machine rolled back but not healthy yet is still the revert's.
+	reverting bool
 	// unavailable says why spec's version cannot be planned (no binaries
 	// of it for the machines), "" when it can.
 	unavailable string
@@ -133,7 +149,7 @@ func roll(d *decision, nodes []node, in rollInput) rollout {
 			}
 			if why != "" {
 				r.failed = target
-				in.failedWhy = fmt.Sprintf("Kubernetes %s was reverted to %s: %s; it is not tried again until spec.kubernetes.version changes", target, in.running, why)
+				in.failedWhy = fmt.Sprintf("Kubernetes %s was reverted to %s: %s; %s", target, in.running, why, notRetried)
 				target = in.running
 				break
 			}
@@ -210,7 +226,7 @@ func roll(d *decision, nodes []node, in rollInput) rollout {
 		off = off || cur(byName[name]) != target
 	}
 	done := step(servers, cpBudget) && step(workers, max(in.workerConcurrency, 1))
-	rolling := off || (target != in.running && !done)
+	rolling := off || ((target != in.running || (in.reverting && r.failed != "")) && !done)
 	at := 0
 	for _, name := range names {
 		if cur(byName[name]) == target && healthy(byName[name]) {
@@ -221,7 +237,9 @@ func roll(d *decision, nodes []node, in rollInput) rollout {
 	case rolling:
 		what, reason := fmt.Sprintf("upgrading Kubernetes from %s to %s", in.running, target), ReasonUpgrading
 		if r.failed != "" {
-			what, reason = fmt.Sprintf("reverting Kubernetes to %s (%s)", target, in.failedWhy), ReasonReverting
+			// The reason comes first, whole: the next pass reads it back
+			// from the condition (failedWhy), up to notRetried.
+			what, reason = in.failedWhy+". Reverting to "+target, ReasonReverting
 		}
 		msg := fmt.Sprintf("%s: %d of %d machines run %s", what, at, len(names), target)
 		if waiting != nil {

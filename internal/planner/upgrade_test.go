@@ -94,7 +94,7 @@ func TestRoll(t *testing.T) {
 		{"the failed one back and healthy: the other upgraded one goes back",
 			with(healthyAt(old), map[string]func(node) node{"m1": newAt(recent)}), rollInput{spec: next, running: old, failed: next, failedWhy: "Kubernetes v1.37.2 was reverted", timeout: time.Minute, now: now},
 			map[string]string{"m1": old, "m2": old, "m3": old, "w1": old, "w2": old, "w3": old},
-			api.KubernetesPhaseUpgrading, "m1", old, next, ReasonReverting, "reverting Kubernetes to v1.36.3"},
+			api.KubernetesPhaseUpgrading, "m1", old, next, ReasonReverting, "Kubernetes v1.37.2 was reverted. Reverting to v1.36.3: waiting for machine m1"},
 		{"an upgraded machine not healthy within the timeout: reverted",
 			with(healthyAt(old), map[string]func(node) node{"m1": func(x node) node { return unhealthy(at(x, next, long)) }}), rollInput{spec: next, running: old, timeout: time.Minute, now: now},
 			map[string]string{"m1": old, "m2": old, "m3": old, "w1": old, "w2": old, "w3": old},
@@ -128,6 +128,43 @@ func TestRoll(t *testing.T) {
 				t.Errorf("condition %s %q; want %s saying %q", r.cond.reason, r.cond.message, tc.wantReason, tc.wantInMsg)
 			}
 		})
+	}
+}
+
+// TestRollRevertReason: the reason a version was reverted, written in
+// the condition while the revert rolls, is read back whole on the next
+// pass and is the Reverted condition's message, never nested in itself.
+func TestRollRevertReason(t *testing.T) {
+	now := time.Now()
+	nodes := []node{at(n("m1", "etcd,controlplane", "etcd-apiserver"), "v1.37.2", now), planFailed(at(n("m2", "etcd,controlplane", ""), "v1.37.2", now)),
+		at(n("m3", "etcd,controlplane", "etcd-apiserver"), "v1.36.3", now)}
+	members := []string{"m1", "m2", "m3"}
+	in := rollInput{spec: "v1.37.2", running: "v1.36.3", timeout: time.Minute, now: now}
+	d := order(nodes, members, nil)
+	r := roll(&d, nodes, in)
+	why := "Kubernetes v1.37.2 was reverted to v1.36.3: machine m2's plan at v1.37.2 failed (kubectl get machineplan m2 -o yaml: status.output says why); " + notRetried
+	if r.cond.reason != ReasonReverting || !strings.HasPrefix(r.cond.message, why+". Reverting to v1.36.3") {
+		t.Fatalf("the condition while reverting: %s %q", r.cond.reason, r.cond.message)
+	}
+	// The failed machine rolled back, not healthy yet: still Reverting.
+	in.failed, in.failedWhy, in.reverting = r.failed, failedReason(r.cond.message), true
+	nodes = []node{at(n("m1", "etcd,controlplane", "etcd-apiserver"), "v1.36.3", now), unhealthy(at(n("m2", "etcd,controlplane", "etcd-apiserver"), "v1.36.3", now)),
+		at(n("m3", "etcd,controlplane", "etcd-apiserver"), "v1.36.3", now)}
+	d = order(nodes, members, nil)
+	r = roll(&d, nodes, in)
+	if r.cond.reason != ReasonReverting || d.phase != api.KubernetesPhaseUpgrading || d.waitingFor != "m2" {
+		t.Errorf("the last machine rolled back, not healthy yet: %s waiting for %q, %s; want Upgrading waiting for m2, Reverting", d.phase, d.waitingFor, r.cond.reason)
+	}
+	// Every pass after reads it back; the revert done, it is the message.
+	for pass := 0; pass < 3; pass++ {
+		in.failed, in.failedWhy, in.reverting = r.failed, failedReason(r.cond.message), r.cond.reason == ReasonReverting
+		nodes = []node{at(n("m1", "etcd,controlplane", "etcd-apiserver"), "v1.36.3", now), at(n("m2", "etcd,controlplane", "etcd-apiserver"), "v1.36.3", now),
+			at(n("m3", "etcd,controlplane", "etcd-apiserver"), "v1.36.3", now)}
+		d = order(nodes, members, nil)
+		r = roll(&d, nodes, in)
+	}
+	if r.cond.reason != ReasonReverted || r.cond.message != why || d.phase != api.KubernetesPhaseReady {
+		t.Errorf("after the revert: %s %s %q; want Ready, Reverted saying %q", d.phase, r.cond.reason, r.cond.message, why)
 	}
 }
 
