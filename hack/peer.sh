@@ -37,4 +37,7 @@ for c in kube-controller-manager kube-scheduler; do
 	mv -f "$dir/$c.tmp.$$" "$dir/$c"
 done
 build kine github.com/k3s-io/kine
+# The previous release's kube-apiserver (v1.36.3), which the planner's
+# rolling-upgrade e2e upgrades from; its own script and module.
+"$root/hack/peer-previous.sh" >&2
 echo "$dir"

@@ -73,7 +73,7 @@ var spec = map[*Definition]struct {
 	KubernetesPlan: {edges: everyOtherTo(map[string]string{
 		"Invalid": "refuse-roles", "BootstrappingEtcd": "bootstrap-etcd", "JoiningEtcd": "join-etcd",
 		"StartingControlPlane": "start-control-plane", "JoiningWorkers": "join-workers", "Ready": "kubernetes-ready",
-		"RemovingEtcd": "remove-etcd",
+		"RemovingEtcd": "remove-etcd", "Upgrading": "upgrade",
 	}, "Pending")},
 }
 

@@ -51,6 +51,7 @@ const (
 	EventJoinWorkers       = "join-workers"
 	EventKubernetesReady   = "kubernetes-ready"
 	EventRemoveEtcd        = "remove-etcd"
+	EventUpgrade           = "upgrade"
 )
 
 // Registration is an agent's request to join: a person or policy approves
@@ -137,6 +138,7 @@ var Token = define("ClusterRegistrationToken", "Active",
 
 var kubernetesStates = []string{
 	"Pending", "Invalid", "BootstrappingEtcd", "JoiningEtcd", "RemovingEtcd", "StartingControlPlane", "JoiningWorkers", "Ready",
+	"Upgrading",
 }
 
 // KubernetesPlan is where the planner (internal/planner) is in bringing a
@@ -157,6 +159,7 @@ var KubernetesPlan = define("KubernetesPlan", "Pending", kubernetesStates, []tra
 	{EventJoinWorkers, except(kubernetesStates, "JoiningWorkers"), "JoiningWorkers"},
 	{EventKubernetesReady, except(kubernetesStates, "Ready"), "Ready"},
 	{EventRemoveEtcd, except(kubernetesStates, "RemovingEtcd"), "RemovingEtcd"},
+	{EventUpgrade, except(kubernetesStates, "Upgrading"), "Upgrading"},
 })
 
 // All lists every definition, for tests and documentation.

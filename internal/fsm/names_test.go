@@ -24,7 +24,7 @@ func TestAPIPhasesAreStates(t *testing.T) {
 			api.ClusterPhaseDegraded, api.ClusterPhaseDeleting)},
 		{Token, strs(api.TokenPhaseActive, api.TokenPhaseExpired, api.TokenPhaseRevoked)},
 		{KubernetesPlan, []string{api.KubernetesPhasePending, api.KubernetesPhaseInvalid, api.KubernetesPhaseBootstrappingEtcd,
-			api.KubernetesPhaseJoiningEtcd, api.KubernetesPhaseRemovingEtcd, api.KubernetesPhaseStartingControlPlane, api.KubernetesPhaseJoiningWorkers, api.KubernetesPhaseReady}},
+			api.KubernetesPhaseJoiningEtcd, api.KubernetesPhaseRemovingEtcd, api.KubernetesPhaseStartingControlPlane, api.KubernetesPhaseJoiningWorkers, api.KubernetesPhaseReady, api.KubernetesPhaseUpgrading}},
 	} {
 		t.Run(tc.def.Name(), func(t *testing.T) {
 			for _, p := range tc.phases {
@@ -54,7 +54,7 @@ func TestEventConstants(t *testing.T) {
 		EventFinalized,
 		EventAwaitCheckIn, EventMachineUnhealthy, EventMachinesHealthy, EventMachinesGone, EventDelete,
 		EventRevoke,
-		EventRefuseRoles, EventBootstrapEtcd, EventJoinEtcd, EventStartControlPlane, EventJoinWorkers, EventKubernetesReady, EventRemoveEtcd,
+		EventRefuseRoles, EventBootstrapEtcd, EventJoinEtcd, EventStartControlPlane, EventJoinWorkers, EventKubernetesReady, EventRemoveEtcd, EventUpgrade,
 	}
 	used := map[string]bool{}
 	for _, d := range All {

@@ -92,6 +92,9 @@ type Config struct {
 	// served at /assets/agent/<version>/muster-agent-<os>-<arch>, for plans
 	// that upgrade agents (spec.agentUpgrade). Empty: none.
 	AgentBinariesDir string
+	// Kubernetes is --kubernetes-assets-dir, served at
+	// /assets/kubernetes/<version>/<os>-<arch>/<name>. Nil: none.
+	Kubernetes *KubernetesAssets
 	// Caller names the authenticated caller of a request, "" for an
 	// anonymous one: downloads are limited per identity when there is one,
 	// else per address. The server's API chain knows (apiserver.CallerName);
@@ -172,6 +175,8 @@ type Handlers struct {
 	agentsDir string
 	// versionsDir is --agent-binaries-dir.
 	versionsDir string
+	// kubernetes is --kubernetes-assets-dir.
+	kubernetes *KubernetesAssets
 	// anonymous and authenticated hold the downloads in progress.
 	anonymous, authenticated *ratelimit.Slots
 	pace                     pace
@@ -212,6 +217,7 @@ func New(cfg Config) *Handlers {
 		pace:          pace{minRate: MinDownloadRate, grace: DownloadGrace, stall: DownloadStall},
 		sums:          map[string]*sum{},
 		caller:        cfg.Caller,
+		kubernetes:    cfg.Kubernetes,
 	}
 	if h.caller == nil {
 		h.caller = func(*http.Request) string { return "" }
@@ -245,6 +251,10 @@ func (h *Handlers) script(w http.ResponseWriter, r *http.Request) {
 func (h *Handlers) asset(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		http.Error(w, "only GET", http.StatusMethodNotAllowed)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, KubernetesPrefix) {
+		h.serveKubernetes(w, r)
 		return
 	}
 	name := strings.TrimPrefix(r.URL.Path, AssetsPrefix)

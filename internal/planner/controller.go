@@ -34,6 +34,12 @@ const (
 	// StageLabel is the stage the plan carries (etcd0, etcd1-apiserver,
 	// worker, ...): a plan applied for one stage is not healthy for the next.
 	StageLabel = "muster.io/planner-stage"
+	// VersionLabel is the Kubernetes version the plan runs, and
+	// VersionSinceAnnotation when the planner wrote it at that version: an
+	// upgraded machine not healthy within the upgrade's timeout of it is
+	// reverted.
+	VersionLabel           = "muster.io/planner-version"
+	VersionSinceAnnotation = "muster.io/planner-version-since"
 )
 
 // resync reconciles every cluster this often besides on every change.
@@ -198,6 +204,9 @@ func (c *Controller) reconcile(ctx context.Context, cl *api.Cluster, machines []
 				n.planned = true
 				n.failed = p.FailedForGood()
 				n.plannedStage = p.Labels[StageLabel]
+				n.version = p.Labels[VersionLabel]
+				n.versionSince, _ = time.Parse(time.RFC3339Nano, p.Annotations[VersionSinceAnnotation])
+				n.planFailed = p.Status.State == api.PlanStateFailed && p.Status.FailureCount > 0
 				if p.Applied() && probesHealthy(p) {
 					n.healthyStage = p.Labels[StageLabel]
 				}
@@ -211,6 +220,7 @@ func (c *Controller) reconcile(ctx context.Context, cl *api.Cluster, machines []
 		nodes = append(nodes, n)
 	}
 	d := order(nodes, members, elsewhere)
+	r := roll(&d, nodes, c.rollInput(cl, byName))
 	for _, m := range d.release {
 		if p := planOf[m]; p != nil {
 			if err := c.release(ctx, p); err != nil {
@@ -220,12 +230,62 @@ func (c *Controller) reconcile(ctx context.Context, cl *api.Cluster, machines []
 	}
 	var writeErr error
 	if d.invalid == "" {
-		writeErr = c.writePlans(ctx, cl, d, byName, planOf)
+		writeErr = c.writePlans(ctx, cl, d, r, byName, planOf)
 	}
-	if err := c.writeStatus(ctx, cl, d); err != nil {
+	if err := c.writeStatus(ctx, cl, d, r); err != nil {
 		return err
 	}
 	return writeErr
+}
+
+// rollInput reads what a version change is decided from off the cluster,
+// and whether spec's version can be planned on its machines.
+func (c *Controller) rollInput(cl *api.Cluster, machines map[string]*api.Machine) rollInput {
+	k := cl.Spec.Kubernetes
+	in := rollInput{spec: k.Version, cpConcurrency: 1, workerConcurrency: 1,
+		timeout: api.DefaultUpgradeHealthTimeoutSeconds * time.Second, now: time.Now()}
+	if st := cl.Status.Kubernetes; st != nil {
+		in.running, in.failed = st.Version, st.FailedVersion
+	}
+	if u := k.UpgradeStrategy; u != nil {
+		if u.ControlPlaneConcurrency > 0 {
+			in.cpConcurrency = int(u.ControlPlaneConcurrency)
+		}
+		if u.WorkerConcurrency > 0 {
+			in.workerConcurrency = int(u.WorkerConcurrency)
+		}
+		if u.HealthTimeoutSeconds > 0 {
+			in.timeout = time.Duration(u.HealthTimeoutSeconds) * time.Second
+		}
+	}
+	if cond := meta.FindStatusCondition(cl.Status.Conditions, CondUpgrade); cond != nil && (cond.Reason == ReasonReverted || cond.Reason == ReasonReverting) {
+		in.failedWhy = failedReason(cond.Message)
+		in.reverting = cond.Reason == ReasonReverting
+	}
+	names := make([]string, 0, len(machines))
+	for n := range machines {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if _, err := c.bin.resolve(k.Version, machines[n].Status.Platform, k.Binaries); err != nil {
+			in.unavailable = err.Error()
+			break
+		}
+	}
+	return in
+}
+
+// pinned are the binaries the cluster pins for version: spec's for its
+// version, else those recorded for the version that ran.
+func pinned(cl *api.Cluster, version string) []api.KubernetesBinary {
+	if version == cl.Spec.Kubernetes.Version {
+		return cl.Spec.Kubernetes.Binaries
+	}
+	if st := cl.Status.Kubernetes; st != nil && st.Version == version {
+		return st.Binaries
+	}
+	return nil
 }
 
 // clusterPKI returns the cluster's PKI: the one this leader made, else
@@ -266,7 +326,7 @@ func (c *Controller) clusterPKI(cl *api.Cluster, planOf map[string]*api.MachineP
 	return k, nil
 }
 
-func (c *Controller) writePlans(ctx context.Context, cl *api.Cluster, d decision, byName map[string]*api.Machine, planOf map[string]*api.MachinePlan) error {
+func (c *Controller) writePlans(ctx context.Context, cl *api.Cluster, d decision, r rollout, byName map[string]*api.Machine, planOf map[string]*api.MachinePlan) error {
 	k, err := c.clusterPKI(cl, planOf)
 	if err != nil {
 		return err
@@ -305,8 +365,18 @@ func (c *Controller) writePlans(ctx context.Context, cl *api.Cluster, d decision
 		} else if old != nil && someoneElses(old) {
 			continue // order() waits on it
 		}
+		version := r.versions[name]
+		if version == "" {
+			version = cl.Spec.Kubernetes.Version
+		}
+		bin, err := c.bin.resolve(version, byName[name].Status.Platform, pinned(cl, version))
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("machine %s: %v", name, err))
+			continue
+		}
 		in := renderInput{cluster: cl.Name, spec: *cl.Spec.Kubernetes, machine: name, address: internalIP(byName[name]),
-			stage: s, allMembers: members, apiServer: apiServer, pki: k, bin: c.bin, existing: existing}
+			stage: s, allMembers: members, apiServer: apiServer, pki: k, bin: bin, existing: existing}
+		in.spec.Version = version
 		if s.etcdMember >= 0 {
 			in.members = members[:s.etcdMember+1]
 		}
@@ -315,7 +385,7 @@ func (c *Controller) writePlans(ctx context.Context, cl *api.Cluster, d decision
 			errs = append(errs, err.Error())
 			continue
 		}
-		if err := c.writePlan(ctx, cl.Name, name, s.key(), spec, old); err != nil {
+		if err := c.writePlan(ctx, cl.Name, name, s.key(), version, spec, old); err != nil {
 			errs = append(errs, fmt.Sprintf("writing machine %s's plan: %v", name, err))
 		}
 	}
@@ -334,14 +404,17 @@ func (c *Controller) writePlans(ctx context.Context, cl *api.Cluster, d decision
 // etcd member's, that the planner writes its drain plan (the Machine waits
 // for it when deleted: the member leaves etcd before its host goes); on
 // that drain plan, the drain label and deadline the lifecycle reads.
-func planMeta(p *metav1.ObjectMeta, cluster, stageKey string) {
+func planMeta(p *metav1.ObjectMeta, cluster, stageKey, version string) {
 	if p.Labels == nil {
 		p.Labels = map[string]string{}
 	}
 	if p.Annotations == nil {
 		p.Annotations = map[string]string{}
 	}
-	p.Labels[PlannerLabel], p.Labels[StageLabel] = cluster, stageKey
+	if p.Labels[VersionLabel] != version || p.Annotations[VersionSinceAnnotation] == "" {
+		p.Annotations[VersionSinceAnnotation] = time.Now().UTC().Format(time.RFC3339Nano)
+	}
+	p.Labels[PlannerLabel], p.Labels[StageLabel], p.Labels[VersionLabel] = cluster, stageKey, version
 	delete(p.Annotations, api.PlanDrainByAnnotation)
 	switch {
 	case stageKey == "leave":
@@ -354,23 +427,23 @@ func planMeta(p *metav1.ObjectMeta, cluster, stageKey string) {
 	}
 }
 
-func (c *Controller) writePlan(ctx context.Context, cluster, name, stageKey string, spec api.MachinePlanSpec, old *api.MachinePlan) error {
+func (c *Controller) writePlan(ctx context.Context, cluster, name, stageKey, version string, spec api.MachinePlanSpec, old *api.MachinePlan) error {
 	plans := c.client.MusterV1alpha1().MachinePlans()
 	if old == nil {
 		p := &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
-		planMeta(&p.ObjectMeta, cluster, stageKey)
+		planMeta(&p.ObjectMeta, cluster, stageKey, version)
 		_, err := plans.Create(ctx, p, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			return nil // the cache is behind: the next pass sees it
 		}
 		if err == nil {
-			klog.InfoS("Planner wrote a machine's plan", "cluster", cluster, "machine", name, "stage", stageKey)
+			klog.InfoS("Planner wrote a machine's plan", "cluster", cluster, "machine", name, "stage", stageKey, "version", version)
 		}
 		return err
 	}
 	p := old.DeepCopy()
 	p.Spec = spec
-	planMeta(&p.ObjectMeta, cluster, stageKey)
+	planMeta(&p.ObjectMeta, cluster, stageKey, version)
 	if equality.Semantic.DeepEqual(old.Spec, p.Spec) && equality.Semantic.DeepEqual(old.Labels, p.Labels) && equality.Semantic.DeepEqual(old.Annotations, p.Annotations) {
 		return nil
 	}
@@ -379,7 +452,7 @@ func (c *Controller) writePlan(ctx context.Context, cluster, name, stageKey stri
 		return nil
 	}
 	if err == nil {
-		klog.InfoS("Planner changed a machine's plan", "cluster", cluster, "machine", name, "stage", stageKey)
+		klog.InfoS("Planner changed a machine's plan", "cluster", cluster, "machine", name, "stage", stageKey, "version", version)
 	}
 	return err
 }
@@ -439,9 +512,10 @@ func signedBy(certPEM string, ca *pki.CA) bool {
 	return err == nil && time.Until(certs[0].NotAfter) > 30*24*time.Hour
 }
 
-func (c *Controller) writeStatus(ctx context.Context, cl *api.Cluster, d decision) error {
+func (c *Controller) writeStatus(ctx context.Context, cl *api.Cluster, d decision, r rollout) error {
 	next := cl.DeepCopy()
-	st := &api.ClusterKubernetesStatus{Phase: d.phase, WaitingFor: d.waitingFor, Message: d.message, EtcdMembers: d.members}
+	st := &api.ClusterKubernetesStatus{Phase: d.phase, WaitingFor: d.waitingFor, Message: d.message, EtcdMembers: d.members,
+		Version: r.running, FailedVersion: r.failed, Binaries: pinned(cl, r.running)}
 	next.Status.Kubernetes = st
 	set := func(t string, ok bool, reason, msg string) {
 		s := metav1.ConditionFalse
@@ -470,6 +544,13 @@ func (c *Controller) writeStatus(ctx context.Context, cl *api.Cluster, d decisio
 		}
 	}
 	set(CondReady, d.phase == api.KubernetesPhaseReady, d.phase, d.message)
+	set(CondUpgrade, r.cond.done, r.cond.reason, r.cond.message)
+	if old := cl.Status.Kubernetes; old != nil && old.Version != "" && old.Version != st.Version {
+		klog.InfoS("Planner: the cluster's Kubernetes version changed", "cluster", cl.Name, "from", old.Version, "to", st.Version)
+	}
+	if st.FailedVersion != "" && (cl.Status.Kubernetes == nil || cl.Status.Kubernetes.FailedVersion != st.FailedVersion) {
+		klog.InfoS("Planner reverts a Kubernetes upgrade", "cluster", cl.Name, "failedVersion", st.FailedVersion, "why", r.cond.message)
+	}
 	if equality.Semantic.DeepEqual(cl.Status, next.Status) {
 		return nil
 	}

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
@@ -44,6 +45,12 @@ type node struct {
 	// foreign: the machine has a plan the planner did not write, which
 	// it leaves alone.
 	foreign bool
+	// version is the Kubernetes version of its plan (VersionLabel), since
+	// when (VersionSinceAnnotation); planFailed: that plan's last attempt
+	// failed.
+	version      string
+	versionSince time.Time
+	planFailed   bool
 }
 
 // stage is how far a machine's plan goes: which parts it carries.
@@ -240,6 +247,8 @@ func decide(nodes []node, members []string, elsewhere []string) decision {
 			return "it has a MachinePlan the planner did not write"
 		case n.failed:
 			return "its plan failed (see its MachinePlan's status.output): " + what
+		case n.planFailed:
+			return "its plan failed, and its agent tries it again (see its MachinePlan's status.output): " + what
 		case n.address == "":
 			return "its agent has not reported an address yet"
 		case !n.planned || n.healthyStage == "":

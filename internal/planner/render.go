@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/muster-io/muster/internal/install"
 	"github.com/muster-io/muster/internal/pki"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
 )
@@ -171,18 +172,114 @@ func randomString(n int) (string, error) {
 // Binaries are where a plan finds the programs it runs on the machine.
 type Binaries struct {
 	// Dir, when set, holds etcd, kube-apiserver, kube-controller-manager,
-	// kube-scheduler and kubectl; unset, the
-	// plan runs them from the machine's PATH. It is a stand-in for
-	// binaries the plan would download pinned by sha256, which the planner
-	// does not do yet (docs/clusters.md).
+	// kube-scheduler and kubectl on the
+	// machines (--kubernetes-bin-dir): the local stand-in, used when
+	// neither the cluster (spec.kubernetes.binaries) nor the server
+	// (Assets) has binaries of a plan's version. Unset, with neither: the
+	// machines' PATH.
 	Dir string
+	// Assets are the server's own binaries by version and platform
+	// (--kubernetes-assets-dir), which plans download from ServerURL
+	// trusting ServerCA. Nil: none.
+	Assets AssetSource
+	// ServerURL is the server's https URL as machines reach it.
+	ServerURL string
+	// ServerCA returns the CA bundle the server serves with.
+	ServerCA func() []byte
 }
 
-func (b Binaries) path(name string) string {
-	if b.Dir == "" {
+// AssetSource is the server's Kubernetes binaries (install.KubernetesAssets).
+type AssetSource interface {
+	// Binaries returns the SHA-256 of each binary of version for
+	// platform (<os>-<arch>), by name; none when it has none.
+	Binaries(version, platform string) (map[string]string, error)
+	// Versions lists the versions it has, for messages.
+	Versions() []string
+}
+
+// BinDir is where a plan downloads the binaries of a version on its
+// machine, one directory per version: machines of one host (the process
+// driver's) share what they downloaded, each binary checked again by its
+// SHA-256 before a plan uses it.
+const BinDir = BaseDir + "/bin"
+
+// binSet is where one machine's plan, at one version, finds its binaries.
+type binSet struct {
+	// dir holds them ("" = the machine's PATH).
+	dir string
+	// fetch are downloaded into dir, each checked by its SHA-256 before
+	// anything runs it; none for the stand-in dir or PATH.
+	fetch []api.KubernetesBinary
+	// serverURL and serverCA: URLs under serverURL are fetched trusting
+	// serverCA (the server's own CA), others the machine's system roots.
+	serverURL string
+	serverCA  []byte
+}
+
+func (b binSet) path(name string) string {
+	if b.dir == "" {
 		return name
 	}
-	return path.Join(b.Dir, name)
+	return path.Join(b.dir, name)
+}
+
+// resolve says where a machine of platform (its status.platform) finds
+// the binaries of version: pinned (the cluster's own list for that
+// version), else the server's, else the stand-in dir or PATH. The error
+// says why the version is not available.
+func (b Binaries) resolve(version, platform string, pinned []api.KubernetesBinary) (binSet, error) {
+	dir := path.Join(BinDir, version)
+	if len(pinned) > 0 {
+		return binSet{dir: dir, fetch: pinned, serverURL: b.ServerURL, serverCA: b.serverCA()}, nil
+	}
+	if b.Assets != nil {
+		sums, err := b.Assets.Binaries(version, platformDir(platform))
+		if err != nil {
+			return binSet{}, fmt.Errorf("reading the server's Kubernetes binaries of %s: %w", version, err)
+		}
+		if len(sums) > 0 {
+			set := binSet{dir: dir, serverURL: b.ServerURL, serverCA: b.serverCA()}
+			names := make([]string, 0, len(sums))
+			for n := range sums {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			for _, n := range names {
+				set.fetch = append(set.fetch, api.KubernetesBinary{Name: n, URL: b.ServerURL + install.KubernetesAssetPath(version, platformDir(platform), n), Sha256: sums[n]})
+			}
+			return set, nil
+		}
+		if b.Dir == "" && b.Assets.Versions() != nil {
+			return binSet{}, fmt.Errorf("Kubernetes %s is not available for %s: the server has no binaries of it in --kubernetes-assets-dir (it has %s) and the cluster pins none (spec.kubernetes.binaries): add <dir>/%s/%s/, pin the binaries, or choose a version it has",
+				version, platformDir(platform), strings.Join(b.Assets.Versions(), ", "), version, platformDir(platform))
+		}
+	}
+	return binSet{dir: b.Dir}, nil
+}
+
+func (b Binaries) serverCA() []byte {
+	if b.ServerCA == nil {
+		return nil
+	}
+	return b.ServerCA()
+}
+
+// needs are the binaries a stage's plan runs.
+func (s stage) needs() []string {
+	var n []string
+	if s.etcdMember >= 0 && !s.leave {
+		n = append(n, "etcd")
+	}
+	if s.apiServer {
+		n = append(n, "kube-apiserver", "kubectl")
+	}
+	if s.controllers {
+		n = append(n, "kube-controller-manager", "kube-scheduler")
+	}
+	if s.worker {
+		n = append(n, "kubectl")
+	}
+	return n
 }
 
 // member is an etcd member as another machine's plan names it.
@@ -202,7 +299,7 @@ type renderInput struct {
 	allMembers []member
 	apiServer  string
 	pki        *clusterPKI
-	bin        Binaries
+	bin        binSet
 	// existing is the machine's current plan's files by base name: a
 	// certificate that is still right is kept, so that a plan does not
 	// change (and restart the machine's processes) on every pass.
@@ -272,6 +369,9 @@ func render(in renderInput) (api.MachinePlanSpec, error) {
 		file("pki/"+fileToken, in.pki.tokenID+"."+in.pki.tokenSecret+"\n", 0o600)
 	}
 	file("run.sh", runScript, 0o700)
+	if err := in.fetchBinaries(&spec, file); err != nil {
+		return spec, err
+	}
 	loopback := []net.IP{ip, net.ParseIP("127.0.0.1")}
 	if in.stage.etcdMember >= 0 {
 		cert, key, err := in.keep("etcd", func() ([]byte, []byte, error) {
@@ -332,6 +432,10 @@ func render(in renderInput) (api.MachinePlanSpec, error) {
 		spec.Instructions = append(spec.Instructions,
 			api.PlanInstruction{Name: "kube-apiserver-version", Command: "/bin/sh", Args: []string{"-c", in.versionCheck()}, TimeoutSeconds: 30, SaveOutput: true},
 			api.PlanInstruction{Name: "kube-apiserver", Command: "/bin/sh", Args: []string{path.Join(d, "run.sh"), "kube-apiserver"}, TimeoutSeconds: 60},
+			// The version gate: the process started serves the version
+			// asked for, or the plan fails at once (a kube-apiserver that
+			// exits fails it here, not after the bootstrap's retries).
+			api.PlanInstruction{Name: "kube-apiserver-serves-version", Command: "/bin/sh", Args: []string{"-c", in.servesVersion()}, TimeoutSeconds: 150, SaveOutput: true},
 			// Applied on every control-plane machine: apply is idempotent,
 			// and the first one up makes the cluster's bootstrap objects.
 			api.PlanInstruction{Name: "bootstrap-objects", Command: "/bin/sh", Args: []string{"-c", retry(120,
@@ -579,6 +683,94 @@ func (in renderInput) schedulerCommand(port int32) string {
 	return fmt.Sprintf(`exec %s --kubeconfig=%s --authentication-kubeconfig=%s --authorization-kubeconfig=%s \
   --bind-address=127.0.0.1 --secure-port=%d --leader-elect=true
 `, in.bin.path("kube-scheduler"), kc, kc, kc, port)
+}
+
+// fetchBinaries adds the download of the plan's binaries, before any
+// other instruction: each into the version's directory unless it is there
+// with its pinned SHA-256, refused (and deleted) when its sum is another.
+func (in renderInput) fetchBinaries(spec *api.MachinePlanSpec, file func(name, content string, mode int32)) error {
+	if len(in.bin.fetch) == 0 {
+		return nil
+	}
+	have := map[string]api.KubernetesBinary{}
+	for _, b := range in.bin.fetch {
+		have[b.Name] = b
+	}
+	var missing, calls []string
+	seen := map[string]bool{}
+	caFile := path.Join(in.dir(), "pki", "muster-server-ca.crt")
+	usesServer := false
+	for _, n := range in.stage.needs() {
+		b, ok := have[n]
+		switch {
+		case seen[n]:
+			continue
+		case !ok:
+			missing = append(missing, n)
+		default:
+			ca := ""
+			if in.bin.serverURL != "" && strings.HasPrefix(b.URL, in.bin.serverURL+"/") && len(in.bin.serverCA) > 0 {
+				ca, usesServer = caFile, true
+			}
+			calls = append(calls, strings.TrimSpace(fmt.Sprintf("fetch %s '%s' %s %s", n, b.URL, strings.ToLower(b.Sha256), ca)))
+		}
+		seen[n] = true
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("machine %s needs %s of Kubernetes %s, which the binaries pinned for it do not list (spec.kubernetes.binaries, or the server's --kubernetes-assets-dir): add them", in.machine, strings.Join(missing, " and "), in.spec.Version)
+	}
+	if usesServer {
+		file("pki/muster-server-ca.crt", string(in.bin.serverCA), 0o644)
+	}
+	file("fetch.sh", fmt.Sprintf(fetchScript, in.spec.Version, in.bin.dir, strings.Join(calls, "\n")), 0o700)
+	spec.Instructions = append(spec.Instructions, api.PlanInstruction{Name: "fetch-binaries", Command: "/bin/sh",
+		Args: []string{path.Join(in.dir(), "fetch.sh")}, TimeoutSeconds: 900, SaveOutput: true})
+	return nil
+}
+
+// fetchScript downloads a version's binaries (%[1]s) into %[2]s: each is
+// downloaded beside its final name, checked against its SHA-256, and only
+// then made executable and moved into place; one with another sum is
+// deleted and fails the plan, naming the binary, the sum pinned and the
+// sum got. One already there with its sum is kept.
+const fetchScript = `#!/bin/sh
+# Downloads the binaries of Kubernetes %[1]s this plan runs, each checked by its SHA-256 before anything runs it.
+set -u
+d=%[2]s
+mkdir -p "$d"
+fetch() { # NAME URL SHA256 [CA]
+  f="$d/$1"
+  if [ -f "$f" ] && [ "$(sha256sum "$f" | cut -d' ' -f1)" = "$3" ]; then echo "$1: have it (sha256 $3)"; return 0; fi
+  tmp="$d/.$1.$$"
+  rm -f "$tmp"
+  if ! curl -sS --fail --retry 10 --retry-delay 2 --retry-all-errors --max-time 600 ${4:+--cacert "$4"} -o "$tmp" "$2"; then
+    rm -f "$tmp"; echo "$1: downloading $2 failed: is the URL right, and its server reachable from this machine?" >&2; exit 1
+  fi
+  got=$(sha256sum "$tmp" | cut -d' ' -f1)
+  if [ "$got" != "$3" ]; then
+    rm -f "$tmp"
+    echo "$1 from $2 refused: its sha256 is $got, expected $3 (pinned by the plan); it was deleted and never run. Check what that URL serves, or pin the right sum" >&2
+    exit 1
+  fi
+  chmod 0755 "$tmp" && mv -f "$tmp" "$f" && echo "$1: downloaded (sha256 $3)"
+}
+%[3]s
+`
+
+// servesVersion waits until the kube-apiserver the plan started serves
+// /version with the version asked for; it fails at once if the process
+// exited, with the last lines of its log.
+func (in renderInput) servesVersion() string {
+	d := in.dir()
+	return fmt.Sprintf(`d=%[1]s
+for i in $(seq 120); do
+  kill -0 "$(cat $d/kube-apiserver.pid 2>/dev/null)" 2>/dev/null || { echo "kube-apiserver %[3]s exited; the end of $d/kube-apiserver.log:" >&2; tail -n 5 $d/kube-apiserver.log >&2; exit 1; }
+  v=$(curl -sk --max-time 2 https://127.0.0.1:%[2]d/version | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p')
+  [ "$v" = "%[3]s" ] && { echo "kube-apiserver serves $v"; exit 0; }
+  sleep 1
+done
+echo "kube-apiserver did not serve /version %[3]s within 120 s (it said: ${v:-nothing})" >&2
+exit 1`, d, in.apiPort(), in.spec.Version)
 }
 
 // versionCheck fails the plan, saying what it found, when the machine's

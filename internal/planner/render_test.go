@@ -2,6 +2,7 @@ package planner
 
 import (
 	"crypto/x509"
+	"os/exec"
 	"path"
 	"reflect"
 	"strings"
@@ -111,7 +112,7 @@ func TestRenderControllers(t *testing.T) {
 	} {
 		spec, err := render(renderInput{cluster: "c", spec: api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", APIServerPort: tc.apiPort},
 			machine: "m1", address: "10.0.0.1", stage: stage{etcdMember: 0, apiServer: true, controllers: true},
-			members: []member{{"m1", "10.0.0.1"}}, allMembers: []member{{"m1", "10.0.0.1"}}, pki: k, bin: Binaries{Dir: "/opt/k8s"}, existing: map[string]string{}})
+			members: []member{{"m1", "10.0.0.1"}}, allMembers: []member{{"m1", "10.0.0.1"}}, pki: k, bin: binSet{dir: "/opt/k8s"}, existing: map[string]string{}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +169,7 @@ func TestRenderControllers(t *testing.T) {
 		for _, i := range spec.Instructions {
 			started = append(started, i.Name)
 		}
-		if got := strings.Join(started, ","); !strings.HasSuffix(got, "kube-apiserver,bootstrap-objects,kube-controller-manager,kube-scheduler") {
+		if got := strings.Join(started, ","); !strings.HasSuffix(got, "kube-apiserver,kube-apiserver-serves-version,bootstrap-objects,kube-controller-manager,kube-scheduler") {
 			t.Errorf("instructions %s; want kube-controller-manager and kube-scheduler started after kube-apiserver", got)
 		}
 	}
@@ -231,5 +232,21 @@ func TestPKIFromPlanSigner(t *testing.T) {
 	got = pkiFromPlan(&api.MachinePlan{Spec: old}, "c")
 	if got == nil || !got.signerNew || got.signer == nil || string(got.ca.CertPEM) != string(k.ca.CertPEM) {
 		t.Fatalf("recovered PKI from a plan without a signer: %+v; want the cluster's CA and a new signer", got)
+	}
+}
+
+// TestServesVersionReadsVersion: the version gate reads gitVersion out
+// of what kube-apiserver's /version serves (its sed, run on a real answer).
+func TestServesVersionReadsVersion(t *testing.T) {
+	script := renderInput{cluster: "c", machine: "m1", spec: api.ClusterKubernetes{Version: "v1.37.2"}}.servesVersion()
+	i := strings.Index(script, "sed -n '")
+	if i < 0 {
+		t.Fatalf("no sed in the version gate:\n%s", script)
+	}
+	sed := script[i : i+strings.Index(script[i+8:], "'")+9]
+	answer := "{\n  \"major\": \"1\",\n  \"gitVersion\": \"v1.37.2\",\n  \"gitCommit\": \"abc\"\n}\n"
+	out, err := exec.Command("/bin/sh", "-c", "printf '%s' \"$1\" | "+sed, "sh", answer).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "v1.37.2" {
+		t.Errorf("%s on /version's answer: %v %q; want v1.37.2", sed, err, out)
 	}
 }

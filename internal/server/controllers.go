@@ -18,6 +18,7 @@ import (
 	"github.com/muster-io/muster/internal/apiserver"
 	"github.com/muster-io/muster/internal/driver"
 	"github.com/muster-io/muster/internal/events"
+	"github.com/muster-io/muster/internal/install"
 	"github.com/muster-io/muster/internal/join"
 	"github.com/muster-io/muster/internal/leader"
 	"github.com/muster-io/muster/internal/lifecycle"
@@ -70,6 +71,11 @@ type controllers struct {
 	// process (registry.NewInformerFactory); it starts with start.
 	factory informers.SharedInformerFactory
 	stop    <-chan struct{}
+	// kubernetesAssets are the Kubernetes binaries the server serves, and
+	// caBundle the CA bundle it serves with (/cacerts): the planner pins
+	// the first in plans, which trust the second to download them.
+	kubernetesAssets *install.KubernetesAssets
+	caBundle         func() []byte
 
 	// stopElection ends this server's part in the leader election;
 	// elected is closed once it has ended (and a held lease is released).
@@ -153,7 +159,8 @@ func (c *controllers) lead(term context.Context) {
 	// Off the write path: its handlers only queue, its own goroutines send.
 	notifier := notify.NewController(notify.Config{Client: c.client, Factory: factory, Events: c.events, Source: "https://" + c.address,
 		InitialBackoff: c.cfg.NotifyInitialBackoff, MaxBackoff: c.cfg.NotifyMaxBackoff, Destinations: c.cfg.NotifyDestinations})
-	kubernetes := planner.NewController(c.client, factory, planner.Binaries{Dir: c.cfg.KubernetesBinDir})
+	kubernetes := planner.NewController(c.client, factory, planner.Binaries{Dir: c.cfg.KubernetesBinDir,
+		Assets: c.kubernetesAssets, ServerURL: "https://" + c.address, ServerCA: c.caBundle})
 	endpoints := factory.Muster().V1alpha1().ServerEndpoints()
 	// Start what the controllers added; it runs until the server stops.
 	factory.Start(c.stop)

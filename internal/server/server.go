@@ -118,6 +118,11 @@ type Config struct {
 	// kube-apiserver and kubectl on the machines (else their PATH): a
 	// stand-in for binaries fetched pinned by sha256 (docs/clusters.md).
 	KubernetesBinDir string
+	// KubernetesAssetsDir holds Kubernetes binaries by version and
+	// platform (DIR/<version>/<os>-<arch>/<name>), served at
+	// /assets/kubernetes/ with their SHA-256; the planner's plans download
+	// them pinned by those sums.
+	KubernetesAssetsDir string
 
 	// Machine pools: DriversDir holds executable drivers
 	// (muster-driver-NAME). EnableProcessDriver offers the built-in
@@ -346,7 +351,9 @@ func run(ctx context.Context, cfg Config) error {
 	defer consoleClient.Close()
 	webConsole := console.OnDatastore(consoleClient)
 	webConsole.OIDC = consoleOIDC
-	public := install.New(install.Config{AgentBinary: cfg.AgentBinary, AgentAssetsDir: cfg.AgentAssetsDir, AgentBinariesDir: cfg.AgentBinariesDir, Caller: apiserver.CallerName}).Paths()
+	kubernetesAssets := install.NewKubernetesAssets(cfg.KubernetesAssetsDir)
+	public := install.New(install.Config{AgentBinary: cfg.AgentBinary, AgentAssetsDir: cfg.AgentAssetsDir, AgentBinariesDir: cfg.AgentBinariesDir,
+		Kubernetes: kubernetesAssets, Caller: apiserver.CallerName}).Paths()
 	public[console.Prefix] = webConsole
 
 	recorder := events.NewRecorder(self)
@@ -504,6 +511,7 @@ func run(ctx context.Context, cfg Config) error {
 		cfg: cfg, join: joins, objects: objects, self: self, address: advertised, peers: peers,
 		tokens: tokens, liveness: tracker, returns: returns, events: recorder, drivers: drivers,
 		client: client, factory: factory,
+		kubernetesAssets: kubernetesAssets, caBundle: func() []byte { return *caBundle.Load() },
 	}
 	if err := api.AddPostStartHook("muster-controllers", func(ctx context.Context) error {
 		return ctl.start(ctx, api.LoopbackConfig())

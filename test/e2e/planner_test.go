@@ -22,8 +22,9 @@ import (
 // kubernetesBinDir is a directory holding the etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler and kubectl the planner's plans
 // run (the server's --kubernetes-bin-dir): Debian's etcd-server, the
-// Kubernetes components hack/peer.sh builds, and the kubectl of this host. It stands in for binaries a plan would download
-// pinned by sha256, which the planner does not do yet.
+// Kubernetes components hack/peer.sh builds, and the kubectl of this host.
+// It is the local stand-in for binaries the plans download pinned by
+// sha256 (planner_upgrade_test.go serves those).
 func kubernetesBinDir(t *testing.T) string {
 	t.Helper()
 	etcd, err := exec.LookPath("etcd")

@@ -56,6 +56,8 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.ExecProbe{}.OpenAPIModelName():                      schema_pkg_apis_muster_v1alpha1_ExecProbe(ref),
 		v1alpha1.HTTPGetProbe{}.OpenAPIModelName():                   schema_pkg_apis_muster_v1alpha1_HTTPGetProbe(ref),
 		v1alpha1.InstructionOutput{}.OpenAPIModelName():              schema_pkg_apis_muster_v1alpha1_InstructionOutput(ref),
+		v1alpha1.KubernetesBinary{}.OpenAPIModelName():               schema_pkg_apis_muster_v1alpha1_KubernetesBinary(ref),
+		v1alpha1.KubernetesUpgradeStrategy{}.OpenAPIModelName():      schema_pkg_apis_muster_v1alpha1_KubernetesUpgradeStrategy(ref),
 		v1alpha1.Machine{}.OpenAPIModelName():                        schema_pkg_apis_muster_v1alpha1_Machine(ref),
 		v1alpha1.MachineAddress{}.OpenAPIModelName():                 schema_pkg_apis_muster_v1alpha1_MachineAddress(ref),
 		v1alpha1.MachineList{}.OpenAPIModelName():                    schema_pkg_apis_muster_v1alpha1_MachineList(ref),
@@ -849,10 +851,36 @@ func schema_pkg_apis_muster_v1alpha1_ClusterKubernetes(ref common.ReferenceCallb
 							Format:      "",
 						},
 					},
+					"binaries": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Binaries pins the binaries of Version the machines' plans download (etcd, kube-apiserver, kubectl, ...): each from its https URL, refused unless its SHA-256 is the one given, before anything runs it. Unset: the server's own (muster-server --kubernetes-assets-dir, served at /assets/kubernetes/<version>/<os>-<arch>/<name>, pinned by the sums the server computes), else the machines' --kubernetes-bin-dir or PATH. Give the list of the new version together with a version change.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.KubernetesBinary{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"upgradeStrategy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "UpgradeStrategy is how a change of Version rolls over the machines (Rancher's upgradeStrategy): the control plane (etcd and controlplane machines) first, then the workers, each machine gated on its plan, its kube-apiserver's /readyz and version; a machine that fails or is not healthy in time reverts every upgraded machine to the version that ran (status.kubernetes.version).",
+							Ref:         ref(v1alpha1.KubernetesUpgradeStrategy{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"distribution", "version"},
 			},
 		},
+		Dependencies: []string{
+			v1alpha1.KubernetesBinary{}.OpenAPIModelName(), v1alpha1.KubernetesUpgradeStrategy{}.OpenAPIModelName()},
 	}
 }
 
@@ -910,7 +938,7 @@ func schema_pkg_apis_muster_v1alpha1_ClusterKubernetesStatus(ref common.Referenc
 				Properties: map[string]spec.Schema{
 					"phase": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Phase is the planner's state for the cluster (its legal moves are defined in internal/fsm): Pending (nothing planned yet), Invalid (the machines' roles cannot make a cluster: no etcd or no control-plane machine; nothing is started), BootstrappingEtcd (the first etcd member starts), JoiningEtcd (the other members are added one at a time), RemovingEtcd (a deleted machine's member leaves etcd before its host goes, one at a time), StartingControlPlane (kube-apiserver starts on the control-plane machines), JoiningWorkers (workers get their kubelet credentials) or Ready (every machine's plan is applied and healthy).",
+							Description: "Phase is the planner's state for the cluster (its legal moves are defined in internal/fsm): Pending (nothing planned yet), Invalid (the machines' roles cannot make a cluster: no etcd or no control-plane machine; nothing is started), BootstrappingEtcd (the first etcd member starts), JoiningEtcd (the other members are added one at a time), RemovingEtcd (a deleted machine's member leaves etcd before its host goes, one at a time), StartingControlPlane (kube-apiserver starts on the control-plane machines), JoiningWorkers (workers get their kubelet credentials), Upgrading (a version change rolls over the machines, or is being reverted) or Ready (every machine's plan is applied and healthy).",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -948,9 +976,43 @@ func schema_pkg_apis_muster_v1alpha1_ClusterKubernetesStatus(ref common.Referenc
 							},
 						},
 					},
+					"version": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Version is the version every machine last ran healthy: the one an upgrade starts from and a failed upgrade reverts to. Empty until the cluster is first Ready.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"binaries": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Binaries are the binaries spec.kubernetes.binaries pinned for Version, kept for a revert to it after spec moved on. Empty when the server's or the machines' own binaries ran.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.KubernetesBinary{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"failedVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "FailedVersion is a version that was reverted (the KubernetesUpgrade condition says why): it is not tried again while spec.kubernetes.version names it.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 			},
 		},
+		Dependencies: []string{
+			v1alpha1.KubernetesBinary{}.OpenAPIModelName()},
 	}
 }
 
@@ -1948,6 +2010,78 @@ func schema_pkg_apis_muster_v1alpha1_InstructionOutput(ref common.ReferenceCallb
 					},
 				},
 				Required: []string{"name", "exitCode"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_KubernetesBinary(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "KubernetesBinary is one binary a machine's plan downloads, pinned by its SHA-256.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name is the binary's name on the machine: etcd, kube-apiserver, kube-controller-manager, kube-scheduler or kubectl.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"url": {
+						SchemaProps: spec.SchemaProps{
+							Description: "URL is where the machine downloads it from: https only. A URL under the server's own address is fetched trusting the server's CA; any other, the machine's system roots.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"sha256": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Sha256 is the binary's SHA-256, 64 lower-case hex digits: a download with another sum fails the plan and is never run.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"name", "url", "sha256"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_KubernetesUpgradeStrategy(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "KubernetesUpgradeStrategy bounds how many machines a version change takes down at once, and how long one may take to be healthy again.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"controlPlaneConcurrency": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ControlPlaneConcurrency is how many etcd or controlplane machines are upgraded at once. Default 1; never more than etcd tolerates losing (one fewer than a majority of its members).",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"workerConcurrency": {
+						SchemaProps: spec.SchemaProps{
+							Description: "WorkerConcurrency is how many workers are upgraded at once, once the whole control plane runs the new version. Default 1.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"healthTimeoutSeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "HealthTimeoutSeconds bounds how long an upgraded machine may take to apply its plan with every probe healthy (etcd /health, kube-apiserver /readyz); past it, the upgrade is reverted. Default 300.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
 			},
 		},
 	}

@@ -135,7 +135,67 @@ type ClusterKubernetes struct {
 	// Default 10.43.0.0/16.
 	// +optional
 	ServiceCIDR string `json:"serviceCIDR,omitempty"`
+	// Binaries pins the binaries of Version the machines' plans download
+	// (etcd, kube-apiserver, kubectl, ...): each from its https URL, refused
+	// unless its SHA-256 is the one given, before anything runs it. Unset:
+	// the server's own (muster-server --kubernetes-assets-dir, served at
+	// /assets/kubernetes/<version>/<os>-<arch>/<name>, pinned by the sums the
+	// server computes), else the machines' --kubernetes-bin-dir or PATH.
+	// Give the list of the new version together with a version change.
+	// +optional
+	// +listType=atomic
+	Binaries []KubernetesBinary `json:"binaries,omitempty"`
+	// UpgradeStrategy is how a change of Version rolls over the machines
+	// (Rancher's upgradeStrategy): the control plane (etcd and
+	// controlplane machines) first, then the workers, each machine gated
+	// on its plan, its kube-apiserver's /readyz and version; a machine that
+	// fails or is not healthy in time reverts every upgraded machine to
+	// the version that ran (status.kubernetes.version).
+	// +optional
+	UpgradeStrategy *KubernetesUpgradeStrategy `json:"upgradeStrategy,omitempty"`
 }
+
+// KubernetesBinaryNames are the binaries a Kubernetes plan may download.
+var KubernetesBinaryNames = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"}
+
+// KubernetesBinary is one binary a machine's plan downloads, pinned by
+// its SHA-256.
+type KubernetesBinary struct {
+	// Name is the binary's name on the machine: etcd, kube-apiserver,
+	// kube-controller-manager, kube-scheduler or kubectl.
+	Name string `json:"name"`
+	// URL is where the machine downloads it from: https only. A URL under
+	// the server's own address is fetched trusting the server's CA; any
+	// other, the machine's system roots.
+	URL string `json:"url"`
+	// Sha256 is the binary's SHA-256, 64 lower-case hex digits: a download
+	// with another sum fails the plan and is never run.
+	Sha256 string `json:"sha256"`
+}
+
+// KubernetesUpgradeStrategy bounds how many machines a version change
+// takes down at once, and how long one may take to be healthy again.
+type KubernetesUpgradeStrategy struct {
+	// ControlPlaneConcurrency is how many etcd or controlplane machines
+	// are upgraded at once. Default 1; never more than etcd tolerates
+	// losing (one fewer than a majority of its members).
+	// +optional
+	ControlPlaneConcurrency int32 `json:"controlPlaneConcurrency,omitempty"`
+	// WorkerConcurrency is how many workers are upgraded at once, once
+	// the whole control plane runs the new version. Default 1.
+	// +optional
+	WorkerConcurrency int32 `json:"workerConcurrency,omitempty"`
+	// HealthTimeoutSeconds bounds how long an upgraded machine may take
+	// to apply its plan with every probe healthy (etcd /health,
+	// kube-apiserver /readyz); past it, the upgrade is reverted.
+	// Default 300.
+	// +optional
+	HealthTimeoutSeconds int32 `json:"healthTimeoutSeconds,omitempty"`
+}
+
+// DefaultUpgradeHealthTimeoutSeconds is upgradeStrategy.healthTimeoutSeconds
+// when unset.
+const DefaultUpgradeHealthTimeoutSeconds = 300
 
 // DefaultServiceCIDR is a cluster's Service range when
 // spec.kubernetes.serviceCIDR is not set, as k3s's.
@@ -152,6 +212,7 @@ const (
 	KubernetesPhaseStartingControlPlane = "StartingControlPlane"
 	KubernetesPhaseJoiningWorkers       = "JoiningWorkers"
 	KubernetesPhaseReady                = "Ready"
+	KubernetesPhaseUpgrading            = "Upgrading"
 )
 
 // ClusterKubernetesStatus is where the planner is in bringing the
@@ -165,7 +226,9 @@ type ClusterKubernetesStatus struct {
 	// one at a time), RemovingEtcd (a deleted machine's member leaves etcd
 	// before its host goes, one at a time), StartingControlPlane (kube-apiserver starts on the
 	// control-plane machines), JoiningWorkers (workers get their kubelet
-	// credentials) or Ready (every machine's plan is applied and healthy).
+	// credentials), Upgrading (a version change rolls over the machines,
+	// or is being reverted) or Ready (every machine's plan is applied and
+	// healthy).
 	// +optional
 	Phase string `json:"phase,omitempty"`
 	// WaitingFor is the machine the planner waits on, if any.
@@ -180,6 +243,22 @@ type ClusterKubernetesStatus struct {
 	// +optional
 	// +listType=atomic
 	EtcdMembers []string `json:"etcdMembers,omitempty"`
+	// Version is the version every machine last ran healthy: the one an
+	// upgrade starts from and a failed upgrade reverts to. Empty until
+	// the cluster is first Ready.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// Binaries are the binaries spec.kubernetes.binaries pinned for
+	// Version, kept for a revert to it after spec moved on. Empty when the
+	// server's or the machines' own binaries ran.
+	// +optional
+	// +listType=atomic
+	Binaries []KubernetesBinary `json:"binaries,omitempty"`
+	// FailedVersion is a version that was reverted (the KubernetesUpgrade
+	// condition says why): it is not tried again while
+	// spec.kubernetes.version names it.
+	// +optional
+	FailedVersion string `json:"failedVersion,omitempty"`
 }
 
 // DefaultKubernetesAPIPort is the port a cluster's kube-apiserver listens

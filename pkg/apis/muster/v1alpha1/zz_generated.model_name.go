@@ -167,6 +167,16 @@ func (in InstructionOutput) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in KubernetesBinary) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.KubernetesBinary"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in KubernetesUpgradeStrategy) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.KubernetesUpgradeStrategy"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in Machine) OpenAPIModelName() string {
 	return "io.muster.v1alpha1.Machine"
 }

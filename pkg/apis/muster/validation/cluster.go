@@ -3,8 +3,12 @@ package validation
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net/netip"
+	"net/url"
 	"regexp"
+	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -55,7 +59,60 @@ func validateKubernetes(k *api.ClusterKubernetes, fld *field.Path) field.ErrorLi
 			errs = append(errs, field.Invalid(fld.Child("serviceCIDR"), k.ServiceCIDR, "give the Service range as a CIDR without host bits, e.g. "+api.DefaultServiceCIDR))
 		}
 	}
+	errs = append(errs, validateKubernetesBinaries(k.Binaries, fld.Child("binaries"))...)
+	if u := k.UpgradeStrategy; u != nil {
+		us := fld.Child("upgradeStrategy")
+		for _, c := range []struct {
+			name string
+			v    int32
+			max  int32
+		}{{"controlPlaneConcurrency", u.ControlPlaneConcurrency, 64}, {"workerConcurrency", u.WorkerConcurrency, 10000}, {"healthTimeoutSeconds", u.HealthTimeoutSeconds, 86400}} {
+			if c.v < 0 || c.v > c.max {
+				errs = append(errs, field.Invalid(us.Child(c.name), c.v, fmt.Sprintf("must be 1 to %d (0 or unset: the default)", c.max)))
+			}
+		}
+		if u.HealthTimeoutSeconds != 0 && u.HealthTimeoutSeconds < 10 {
+			errs = append(errs, field.Invalid(us.Child("healthTimeoutSeconds"), u.HealthTimeoutSeconds, "a kube-apiserver takes seconds to start: give at least 10 (0 or unset: 300)"))
+		}
+	}
 	return errs
+}
+
+// maxKubernetesBinaries bounds spec.kubernetes.binaries: one of each name.
+var maxKubernetesBinaries = len(api.KubernetesBinaryNames)
+
+// validateKubernetesBinaries checks the binaries a cluster pins: each
+// once, of a name the planner runs, from an https URL, with a SHA-256.
+func validateKubernetesBinaries(bins []api.KubernetesBinary, fld *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(bins) > maxKubernetesBinaries {
+		return field.ErrorList{field.TooMany(fld, len(bins), maxKubernetesBinaries)}
+	}
+	seen := map[string]bool{}
+	for i, b := range bins {
+		p := fld.Index(i)
+		switch {
+		case !slices.Contains(api.KubernetesBinaryNames, b.Name):
+			errs = append(errs, field.NotSupported(p.Child("name"), b.Name, api.KubernetesBinaryNames))
+		case seen[b.Name]:
+			errs = append(errs, field.Duplicate(p.Child("name"), b.Name))
+		}
+		seen[b.Name] = true
+		if u, err := url.Parse(b.URL); len(b.URL) > 2048 || err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil {
+			errs = append(errs, field.Invalid(p.Child("url"), truncate(b.URL), "must be an https URL (at most 2048 characters, no user or password in it): a plan downloads the binary from it, verified by the server's CA when it is the server's own address, else by the machine's system roots"))
+		} else if strings.ContainsAny(b.URL, "'\"`$\\ \n") {
+			errs = append(errs, field.Invalid(p.Child("url"), truncate(b.URL), "must not hold quotes, '$', '`', backslashes or spaces: percent-encode them"))
+		}
+		errs = append(errs, validateSHA256(b.Sha256, p.Child("sha256"))...)
+	}
+	return errs
+}
+
+func truncate(s string) string {
+	if len(s) > 256 {
+		return s[:256] + "..."
+	}
+	return s
 }
 
 // ValidateClusterUpdate refuses a change of a Cluster's clientID once set.
@@ -93,6 +150,9 @@ func validateKubernetesStatus(k, old *api.ClusterKubernetesStatus, fld *field.Pa
 	if len(k.EtcdMembers) > 64 {
 		errs = append(errs, field.TooMany(fld.Child("etcdMembers"), len(k.EtcdMembers), 64))
 	}
+	errs = append(errs, validateMaxLen(k.Version, 64, fld.Child("version"))...)
+	errs = append(errs, validateMaxLen(k.FailedVersion, 64, fld.Child("failedVersion"))...)
+	errs = append(errs, validateKubernetesBinaries(k.Binaries, fld.Child("binaries"))...)
 	from := fsm.KubernetesPlan.Initial()
 	if old != nil && old.Phase != "" {
 		from = old.Phase

@@ -55,6 +55,22 @@ func TestClusterKubernetes(t *testing.T) {
 		{"bad version", api.ClusterKubernetes{Distribution: "kubernetes", Version: "1.37"}, `spec.kubernetes.version: Invalid value: "1.37": a Kubernetes release version is "v" and three numbers`},
 		{"bad port", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", APIServerPort: 70000}, `spec.kubernetes.apiServerPort: Invalid value: 70000`},
 		{"bad range", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", ServiceCIDR: "10.96.0.1/12"}, `spec.kubernetes.serviceCIDR: Invalid value: "10.96.0.1/12"`},
+		{"pinned binaries", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", Binaries: []api.KubernetesBinary{
+			{Name: "kube-apiserver", URL: "https://dl.k8s.io/v1.37.2/bin/linux/amd64/kube-apiserver", Sha256: strings.Repeat("ab", 32)}}}, ""},
+		{"binary over plain http", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", Binaries: []api.KubernetesBinary{
+			{Name: "etcd", URL: "http://example.com/etcd", Sha256: strings.Repeat("ab", 32)}}}, `spec.kubernetes.binaries[0].url: Invalid value: "http://example.com/etcd": must be an https URL`},
+		{"binary of an unknown name", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", Binaries: []api.KubernetesBinary{
+			{Name: "kubelet2", URL: "https://example.com/k", Sha256: strings.Repeat("ab", 32)}}}, `spec.kubernetes.binaries[0].name: Unsupported value: "kubelet2"`},
+		{"binary twice", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", Binaries: []api.KubernetesBinary{
+			{Name: "etcd", URL: "https://example.com/a", Sha256: strings.Repeat("ab", 32)}, {Name: "etcd", URL: "https://example.com/b", Sha256: strings.Repeat("ab", 32)}}}, `spec.kubernetes.binaries[1].name: Duplicate value: "etcd"`},
+		{"binary without a sum", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", Binaries: []api.KubernetesBinary{
+			{Name: "etcd", URL: "https://example.com/etcd", Sha256: "abc"}}}, `spec.kubernetes.binaries[0].sha256: Invalid value: "abc": must be a SHA-256 as 64 hex digits`},
+		{"a URL a shell would read", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", Binaries: []api.KubernetesBinary{
+			{Name: "etcd", URL: "https://example.com/$(reboot)", Sha256: strings.Repeat("ab", 32)}}}, `must not hold quotes, '$'`},
+		{"too many binaries", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", Binaries: make([]api.KubernetesBinary, 6)}, `spec.kubernetes.binaries: Too many: 6: must have at most 5 items`},
+		{"upgrade strategy", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", UpgradeStrategy: &api.KubernetesUpgradeStrategy{ControlPlaneConcurrency: 1, WorkerConcurrency: 3, HealthTimeoutSeconds: 120}}, ""},
+		{"negative worker concurrency", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", UpgradeStrategy: &api.KubernetesUpgradeStrategy{WorkerConcurrency: -1}}, `spec.kubernetes.upgradeStrategy.workerConcurrency: Invalid value: -1`},
+		{"a health timeout no kube-apiserver meets", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", UpgradeStrategy: &api.KubernetesUpgradeStrategy{HealthTimeoutSeconds: 2}}, `give at least 10`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := tc.k
