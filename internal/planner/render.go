@@ -300,6 +300,9 @@ type renderInput struct {
 	apiServer  string
 	pki        *clusterPKI
 	bin        binSet
+	// removeAddress is the address of stage.remove, the dead member this
+	// machine's plan removes from etcd.
+	removeAddress string
 	// existing is the machine's current plan's files by base name: a
 	// certificate that is still right is kept, so that a plan does not
 	// change (and restart the machine's processes) on every pass.
@@ -392,6 +395,16 @@ func render(in renderInput) (api.MachinePlanSpec, error) {
 			Args: []string{path.Join(d, "run.sh"), "etcd"}, TimeoutSeconds: 60})
 		spec.Probes = append(spec.Probes, api.PlanProbe{Name: "etcd", PeriodSeconds: 1, FailureThreshold: 3,
 			HTTPGet: &api.HTTPGetProbe{URL: fmt.Sprintf("http://127.0.0.1:%d/health", etcdMetricsPort)}})
+	}
+	if in.stage.remove != "" && in.stage.etcdMember >= 0 {
+		// A deleted member whose agent is gone cannot leave by itself:
+		// this member removes it, after its own etcd runs.
+		if net.ParseIP(in.removeAddress) == nil {
+			return spec, fmt.Errorf("machine %s's address %q (a member to remove from etcd) is not an IP address", in.stage.remove, in.removeAddress)
+		}
+		file("etcd-remove.sh", in.etcdRemoveScript(), 0o700)
+		spec.Instructions = append(spec.Instructions, api.PlanInstruction{Name: "etcd-member-remove", Command: "/bin/sh",
+			Args: []string{path.Join(d, "etcd-remove.sh")}, TimeoutSeconds: 120, SaveOutput: true})
 	}
 	if in.stage.apiServer {
 		_, svc, err := net.ParseCIDR(in.serviceCIDR())
@@ -629,6 +642,33 @@ for n in kube-scheduler kube-controller-manager kube-apiserver etcd; do
 done
 exit 0
 `, in.machine, peer, strings.Join(others, " "), p, in.dir())
+}
+
+// etcdRemoveScript removes a dead machine's member (found by its peer
+// URL) through this machine's own member, which is healthy: the dead
+// machine's agent cannot run its own drain plan. It does nothing if the
+// member is not listed (a plan run again).
+func (in renderInput) etcdRemoveScript() string {
+	p := path.Join(in.dir(), "pki")
+	peer := fmt.Sprintf("https://%s", net.JoinHostPort(in.removeAddress, fmt.Sprint(etcdPeerPort)))
+	ep := net.JoinHostPort(in.address, fmt.Sprint(etcdClientPort))
+	return fmt.Sprintf(`#!/bin/sh
+# Removes the member of %[1]s (peer URL %[2]s), whose machine was deleted
+# with its agent gone, through this machine's member at %[3]s.
+set -u
+c="curl -sS --fail --max-time 10 --cacert %[4]s/ca.crt --cert %[4]s/etcd.crt --key %[4]s/etcd.key"
+for i in $(seq 60); do
+  if list=$($c -X POST https://%[3]s/v3/cluster/member/list -d '{}'); then
+    id=$(printf '%%s' "$list" | tr '{' '
+' | grep -F '"%[2]s"' | sed -n 's/.*"ID":"*\([0-9][0-9]*\).*//p' | head -n 1)
+    if [ -z "$id" ]; then echo "%[1]s is not a member"; exit 0; fi
+    if $c -X POST https://%[3]s/v3/cluster/member/remove -d "{"ID":"$id"}" >/dev/null; then echo "removed %[1]s's member $id"; exit 0; fi
+  fi
+  sleep 1
+done
+echo "this machine's etcd member (%[3]s) did not remove %[1]s's member in 60 s: is it healthy? see its MachinePlan's status" >&2
+exit 1
+`, in.stage.remove, peer, ep, p)
 }
 
 func (in renderInput) apiServerCommand() string {
