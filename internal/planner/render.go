@@ -579,6 +579,10 @@ func (in renderInput) etcdJoinScript() string {
 # etcd refuses a member add until every member has been connected for a
 # few seconds (its strict reconfiguration check), so the add is retried.
 set -u
+# Its etcd has started before (its data dir holds a member): it was
+# added then. A plan applied again (when the member removes a dead one)
+# must not wait on members that may be dead, as the first ones it lists.
+if [ -d %[5]s/member ]; then echo "a member (its etcd data dir exists)"; exit 0; fi
 c="curl -sS --fail --max-time 10 --cacert %[4]s/ca.crt --cert %[4]s/etcd.crt --key %[4]s/etcd.key"
 added=""
 for i in $(seq 90); do
@@ -606,7 +610,7 @@ for i in $(seq 30); do
 done
 echo "added, but not every member lists %[1]s after 30 s" >&2
 exit 1
-`, in.machine, peer, strings.Join(others, " "), p)
+`, in.machine, peer, strings.Join(others, " "), p, path.Join(in.dir(), "etcd-data"))
 }
 
 // etcdLeaveScript removes the machine from etcd's members through another
