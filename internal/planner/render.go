@@ -663,10 +663,9 @@ set -u
 c="curl -sS --fail --max-time 10 --cacert %[4]s/ca.crt --cert %[4]s/etcd.crt --key %[4]s/etcd.key"
 for i in $(seq 60); do
   if list=$($c -X POST https://%[3]s/v3/cluster/member/list -d '{}'); then
-    id=$(printf '%%s' "$list" | tr '{' '
-' | grep -F '"%[2]s"' | sed -n 's/.*"ID":"*\([0-9][0-9]*\).*//p' | head -n 1)
+    id=$(printf '%%s' "$list" | tr '{' '\n' | grep -F '"%[2]s"' | sed -n 's/.*"ID":"*\([0-9][0-9]*\).*/\1/p' | head -n 1)
     if [ -z "$id" ]; then echo "%[1]s is not a member"; exit 0; fi
-    if $c -X POST https://%[3]s/v3/cluster/member/remove -d "{"ID":"$id"}" >/dev/null; then echo "removed %[1]s's member $id"; exit 0; fi
+    if $c -X POST https://%[3]s/v3/cluster/member/remove -d "{\"ID\":\"$id\"}" >/dev/null; then echo "removed %[1]s's member $id"; exit 0; fi
   fi
   sleep 1
 done
