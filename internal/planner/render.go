@@ -8,6 +8,7 @@ import (
 	"math/big"
 	"net"
 	"path"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -385,9 +386,9 @@ func render(in renderInput) (api.MachinePlanSpec, error) {
 		}
 		file("pki/etcd.crt", cert, 0o644)
 		file("pki/etcd.key", key, 0o600)
-		file("etcd.cmd", in.etcdCommand(), 0o600)
+		file("etcd.cmd", in.keepStarted("etcd.cmd", in.etcdCommand()), 0o600)
 		if in.stage.etcdMember > 0 {
-			file("etcd-join.sh", in.etcdJoinScript(), 0o700)
+			file("etcd-join.sh", in.keepStarted("etcd-join.sh", in.etcdJoinScript()), 0o700)
 			spec.Instructions = append(spec.Instructions, api.PlanInstruction{Name: "etcd-member-add", Command: "/bin/sh",
 				Args: []string{path.Join(d, "etcd-join.sh")}, TimeoutSeconds: 150, SaveOutput: true})
 		}
@@ -537,6 +538,32 @@ func (in renderInput) keep(name string, issue func() ([]byte, []byte, error), ip
 	return string(c), string(k), err
 }
 
+// initialCluster is the part of an etcd command that only its first
+// start reads: with a data dir, etcd takes its members from it.
+var initialCluster = regexp.MustCompile(`--initial-cluster \S+ --initial-cluster-state \S+`)
+
+// keepStarted returns the machine's existing etcd.cmd or etcd-join.sh in
+// place of fresh when they differ only in what matters before the
+// member's first start: the members before it, which change when an
+// earlier member leaves. Rewriting them would restart its etcd (run.sh
+// restarts a changed command) and apply its plan again, for nothing.
+func (in renderInput) keepStarted(name, fresh string) string {
+	old := in.existing[name]
+	switch {
+	case old == "":
+		return fresh
+	case name == "etcd.cmd" && initialCluster.ReplaceAllString(old, "") == initialCluster.ReplaceAllString(fresh, ""):
+		return old
+	case name == "etcd-join.sh" && strings.Contains(old, joinedMarker):
+		return old
+	}
+	return fresh
+}
+
+// joinedMarker is in a join script that does nothing once its member's
+// etcd has a data dir (so the members it asks no longer matter).
+const joinedMarker = "a member (its etcd data dir exists)"
+
 func (in renderInput) etcdCommand() string {
 	d, a := in.dir(), in.address
 	var initial []string
@@ -582,7 +609,7 @@ set -u
 # Its etcd has started before (its data dir holds a member): it was
 # added then. A plan applied again (when the member removes a dead one)
 # must not wait on members that may be dead, as the first ones it lists.
-if [ -d %[5]s/member ]; then echo "a member (its etcd data dir exists)"; exit 0; fi
+if [ -d %[5]s/member ]; then echo "%[6]s"; exit 0; fi
 c="curl -sS --fail --max-time 10 --cacert %[4]s/ca.crt --cert %[4]s/etcd.crt --key %[4]s/etcd.key"
 added=""
 for i in $(seq 90); do
@@ -610,7 +637,7 @@ for i in $(seq 30); do
 done
 echo "added, but not every member lists %[1]s after 30 s" >&2
 exit 1
-`, in.machine, peer, strings.Join(others, " "), p, path.Join(in.dir(), "etcd-data"))
+`, in.machine, peer, strings.Join(others, " "), p, path.Join(in.dir(), "etcd-data"), joinedMarker)
 }
 
 // etcdLeaveScript removes the machine from etcd's members through another

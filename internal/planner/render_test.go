@@ -297,3 +297,33 @@ func TestRenderRemove(t *testing.T) {
 		t.Errorf("the remove request's body is not the JSON {\"ID\":\"<id>\"}:\n%s", script)
 	}
 }
+
+// TestRenderMemberKeepsStartedCommand: an earlier member leaving moves a
+// member's place, which changes only what its etcd's first start reads;
+// its etcd command and join script stay as they are (a changed command
+// would restart its etcd, and a changed plan be applied again).
+func TestRenderMemberKeepsStartedCommand(t *testing.T) {
+	k, err := newClusterPKI("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := []member{{"m1", "10.0.0.1"}, {"m2", "10.0.0.2"}, {"m3", "10.0.0.3"}}
+	in := renderInput{cluster: "c", spec: api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2"},
+		machine: "m3", address: "10.0.0.3", stage: stage{etcdMember: 2, apiServer: true},
+		members: members, allMembers: members, pki: k, existing: map[string]string{}}
+	first, err := render(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range first.Files {
+		in.existing[path.Base(f.Path)] = f.Content
+	}
+	in.stage.etcdMember, in.members, in.allMembers = 1, members[1:], members[1:]
+	again, err := render(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(first, again) {
+		t.Error("the first member leaving changed member 3's plan: its etcd would restart and its plan be applied again")
+	}
+}
