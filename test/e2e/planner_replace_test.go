@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -181,6 +182,7 @@ spec:
 	var mu sync.Mutex
 	var polls, failures, worst int
 	var lastErr string
+	killed := time.Now() // set again at the kill
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
@@ -199,8 +201,10 @@ spec:
 			if err != nil {
 				why = err.Error()
 			} else {
-				why = resp.Status
+				// Muster's 503 says why no machine could serve.
+				b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
 				resp.Body.Close()
+				why = resp.Status + " " + strings.TrimSpace(string(b))
 			}
 			mu.Lock()
 			polls++
@@ -208,7 +212,7 @@ spec:
 				run = 0
 			} else {
 				failures++
-				lastErr = why
+				lastErr = fmt.Sprintf("%.1fs after the kill: %s", time.Since(killed).Seconds(), why)
 				if run++; run > worst {
 					worst = run
 				}
@@ -231,7 +235,9 @@ spec:
 	if agent == 0 {
 		t.Fatalf("no agent process for machine %s", victim)
 	}
-	killed := time.Now()
+	mu.Lock()
+	killed = time.Now()
+	mu.Unlock()
 	if err := syscall.Kill(agent, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill -9 the agent of %s: %v", victim, err)
 	}
