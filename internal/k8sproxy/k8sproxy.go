@@ -1,7 +1,8 @@
 // Package k8sproxy serves a cluster's own Kubernetes API through
 // muster-server, as Rancher serves /k8s/clusters/<id>: a request to
 // /k8s/clusters/<name>/<path> goes to the kube-apiserver of one of the
-// cluster's Running control-plane machines, over that machine's agent
+// cluster's Running control-plane machines (or, with none, of one whose
+// kube-apiserver last answered its readiness probe), over that machine's agent
 // tunnel (internal/tunnel), so the cluster's API never needs an address
 // its users can reach.
 //
@@ -122,6 +123,7 @@ func (r resolver) NewRequestInfo(req *http.Request) (*request.RequestInfo, error
 type Source interface {
 	Cluster(ctx context.Context, name string, fresh bool) (*api.Cluster, error)
 	MachinesWithRole(ctx context.Context, cluster, role string) ([]api.Machine, error)
+	Plan(ctx context.Context, name string, fresh bool) (*api.MachinePlan, error)
 }
 
 // Proxy serves Prefix.
@@ -211,43 +213,85 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) error {
 // the first Running one (by name, so connections are reused) whose
 // tunnel this server holds, else one whose tunnel another server holds
 // (address is that server's; never for a request already forwarded).
+// With none, the same among the machines that are not Running but not
+// going either, whose plan's kube-apiserver probe last passed
+// (api.KubeAPIServerProbe): a machine applying a changed plan is
+// Updating, and while the others are too, or a replacement is not up
+// yet, its kube-apiserver still answers.
 func (p *Proxy) pick(r *http.Request, c *api.Cluster) (machine, address string, err error) {
 	ms, err := p.Source.MachinesWithRole(r.Context(), c.Name, api.ControlPlaneRole)
 	if err != nil {
 		return "", "", err
 	}
 	slices.SortFunc(ms, func(a, b api.Machine) int { return strings.Compare(a.Name, b.Name) })
-	var running []string
-	var others []string
+	var running, others []string
+	var notRunning []api.Machine
 	for _, m := range ms {
 		if m.Status.Phase == api.MachinePhaseRunning && m.DeletionTimestamp == nil {
 			running = append(running, m.Name)
 		} else {
 			others = append(others, fmt.Sprintf("%s is %s", m.Name, m.Status.Phase))
-		}
-	}
-	for _, m := range running {
-		if p.Hub.Connected(m) {
-			return m, "", nil
-		}
-	}
-	if f := p.Forwarding; f != nil && r.Header.Get(serve.ForwardedHeader) == "" {
-		for _, m := range running {
-			if address, _, ok := f.Locate(m); ok {
-				return m, address, nil
+			if m.DeletionTimestamp == nil && m.Status.Phase != api.MachinePhaseUnavailable {
+				notRunning = append(notRunning, m)
 			}
 		}
+	}
+	if machine, address, ok := p.reach(r, running); ok {
+		return machine, address, nil
+	}
+	var serving []string
+	for _, m := range notRunning {
+		if p.apiServerReady(r, m.Name) {
+			serving = append(serving, m.Name)
+		}
+	}
+	if machine, address, ok := p.reach(r, serving); ok {
+		return machine, address, nil
 	}
 	switch {
 	case len(ms) == 0:
 		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s has no machine with role %s (label %s%s=true), so its API cannot be reached: give its control-plane machines that role (muster-agent --role %s)",
 			c.Name, api.ControlPlaneRole, api.RoleLabelPrefix, api.ControlPlaneRole, api.ControlPlaneRole))
-	case len(running) == 0:
-		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s has no Running control-plane machine (%s), so its API cannot be reached: wait for one to be Running, or see why with kubectl describe machine",
-			c.Name, strings.Join(others, ", ")))
+	case len(running) == 0 && len(serving) == 0:
+		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s has no Running control-plane machine (%s), nor one whose plan's %s probe last passed, so its API cannot be reached: wait for one to be Running, or see why with kubectl describe machine",
+			c.Name, strings.Join(others, ", "), api.KubeAPIServerProbe))
 	}
-	return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("the agents of cluster %s's Running control-plane machines (%s) hold no tunnel to any server right now, so its API cannot be reached: check that muster-agent runs on them and reaches the server, then try again",
-		c.Name, strings.Join(running, ", ")))
+	return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("the agents of cluster %s's control-plane machines that could serve (%s) hold no tunnel to any server right now, so its API cannot be reached: check that muster-agent runs on them and reaches the server, then try again",
+		c.Name, strings.Join(append(running, serving...), ", ")))
+}
+
+// reach returns the first of machines whose tunnel this server holds,
+// else the first whose tunnel another server holds, with that server's
+// address (never for a request already forwarded).
+func (p *Proxy) reach(r *http.Request, machines []string) (machine, address string, ok bool) {
+	for _, m := range machines {
+		if p.Hub.Connected(m) {
+			return m, "", true
+		}
+	}
+	if f := p.Forwarding; f != nil && r.Header.Get(serve.ForwardedHeader) == "" {
+		for _, m := range machines {
+			if address, _, ok := f.Locate(m); ok {
+				return m, address, true
+			}
+		}
+	}
+	return "", "", false
+}
+
+// apiServerReady reports whether machine's plan (named after it) has the
+// kube-apiserver probe and it last passed.
+func (p *Proxy) apiServerReady(r *http.Request, machine string) bool {
+	plan, err := p.Source.Plan(r.Context(), machine, false)
+	if err != nil {
+		return false
+	}
+	for _, ps := range plan.Status.Probes {
+		if ps.Name == api.KubeAPIServerProbe {
+			return ps.Healthy
+		}
+	}
+	return false
 }
 
 // impersonate makes r speak for who downstream: whatever credential or

@@ -455,7 +455,7 @@ func render(in renderInput) (api.MachinePlanSpec, error) {
 			api.PlanInstruction{Name: "bootstrap-objects", Command: "/bin/sh", Args: []string{"-c", retry(120,
 				fmt.Sprintf("%s --kubeconfig %s apply -f %s", in.bin.path("kubectl"), path.Join(d, "admin.kubeconfig"), path.Join(d, "bootstrap.yaml")))},
 				TimeoutSeconds: 180})
-		spec.Probes = append(spec.Probes, api.PlanProbe{Name: "kube-apiserver", PeriodSeconds: 1, FailureThreshold: 3,
+		spec.Probes = append(spec.Probes, api.PlanProbe{Name: api.KubeAPIServerProbe, PeriodSeconds: 1, FailureThreshold: 3,
 			// On the machine's loopback, which its serving certificate
 			// names; /readyz is open to anyone (system:public-info-viewer).
 			HTTPGet: &api.HTTPGetProbe{URL: fmt.Sprintf("https://127.0.0.1:%d/readyz", in.apiPort()), InsecureSkipVerify: true}})
