@@ -209,55 +209,72 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// pick chooses the control-plane machine to reach the cluster through:
-// the first Running one (by name, so connections are reused) whose
-// tunnel this server holds, else one whose tunnel another server holds
-// (address is that server's; never for a request already forwarded).
-// With none, the same among the machines that are not Running but not
-// going either, whose plan's kube-apiserver probe last passed
-// (api.KubeAPIServerProbe): a machine applying a changed plan is
-// Updating, and while the others are too, or a replacement is not up
-// yet, its kube-apiserver still answers.
+// pick chooses the control-plane machine to reach the cluster through,
+// the first by name (so connections are reused) whose tunnel this server
+// holds, else one whose tunnel another server holds (address is that
+// server's; never for a request already forwarded). Machines being
+// deleted are never chosen. Which machines may serve:
+//   - When the machines' plans report their kube-apiserver's readiness
+//     (a probe named api.KubeAPIServerProbe, as the planner's do), only
+//     those whose probe last passed: the Running ones first, then those
+//     that are not Unavailable (a machine applying a changed plan is
+//     Updating while its kube-apiserver still answers). A Running machine
+//     without that probe (a new member whose plan runs only etcd yet)
+//     has no kube-apiserver to reach.
+//   - Otherwise (a cluster whose plans say nothing of it), the Running ones.
 func (p *Proxy) pick(r *http.Request, c *api.Cluster) (machine, address string, err error) {
 	ms, err := p.Source.MachinesWithRole(r.Context(), c.Name, api.ControlPlaneRole)
 	if err != nil {
 		return "", "", err
 	}
 	slices.SortFunc(ms, func(a, b api.Machine) int { return strings.Compare(a.Name, b.Name) })
-	var running, others []string
-	var notRunning []api.Machine
+	var running, readyRunning, readyOther, states []string
+	probed := false
 	for _, m := range ms {
-		if m.Status.Phase == api.MachinePhaseRunning && m.DeletionTimestamp == nil {
+		if m.DeletionTimestamp != nil {
+			states = append(states, m.Name+" is being deleted")
+			continue
+		}
+		ready, has := p.apiServerProbe(r, m.Name)
+		probed = probed || has
+		state := fmt.Sprintf("%s is %s", m.Name, m.Status.Phase)
+		switch {
+		case has && !ready:
+			state += ", its kube-apiserver probe failing"
+		case !has:
+			state += ", its plan has no kube-apiserver probe"
+		}
+		states = append(states, state)
+		switch {
+		case m.Status.Phase == api.MachinePhaseRunning:
 			running = append(running, m.Name)
-		} else {
-			others = append(others, fmt.Sprintf("%s is %s", m.Name, m.Status.Phase))
-			if m.DeletionTimestamp == nil && m.Status.Phase != api.MachinePhaseUnavailable {
-				notRunning = append(notRunning, m)
+			if ready {
+				readyRunning = append(readyRunning, m.Name)
 			}
+		case ready && m.Status.Phase != api.MachinePhaseUnavailable:
+			readyOther = append(readyOther, m.Name)
 		}
 	}
-	if machine, address, ok := p.reach(r, running); ok {
-		return machine, address, nil
+	candidates := running
+	if probed {
+		candidates = append(readyRunning, readyOther...)
 	}
-	var serving []string
-	for _, m := range notRunning {
-		if p.apiServerReady(r, m.Name) {
-			serving = append(serving, m.Name)
-		}
-	}
-	if machine, address, ok := p.reach(r, serving); ok {
+	if machine, address, ok := p.reach(r, candidates); ok {
 		return machine, address, nil
 	}
 	switch {
 	case len(ms) == 0:
 		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s has no machine with role %s (label %s%s=true), so its API cannot be reached: give its control-plane machines that role (muster-agent --role %s)",
 			c.Name, api.ControlPlaneRole, api.RoleLabelPrefix, api.ControlPlaneRole, api.ControlPlaneRole))
-	case len(running) == 0 && len(serving) == 0:
-		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s has no Running control-plane machine (%s), nor one whose plan's %s probe last passed, so its API cannot be reached: wait for one to be Running, or see why with kubectl describe machine",
-			c.Name, strings.Join(others, ", "), api.KubeAPIServerProbe))
+	case len(candidates) == 0 && probed:
+		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s has no control-plane machine whose %s probe last passed (%s), so its API cannot be reached: wait for one, or see why with kubectl describe machine and its MachinePlan's status.probes",
+			c.Name, api.KubeAPIServerProbe, strings.Join(states, "; ")))
+	case len(candidates) == 0:
+		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s has no Running control-plane machine (%s), so its API cannot be reached: wait for one to be Running, or see why with kubectl describe machine",
+			c.Name, strings.Join(states, "; ")))
 	}
 	return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("the agents of cluster %s's control-plane machines that could serve (%s) hold no tunnel to any server right now, so its API cannot be reached: check that muster-agent runs on them and reaches the server, then try again",
-		c.Name, strings.Join(append(running, serving...), ", ")))
+		c.Name, strings.Join(candidates, ", ")))
 }
 
 // reach returns the first of machines whose tunnel this server holds,
@@ -279,19 +296,19 @@ func (p *Proxy) reach(r *http.Request, machines []string) (machine, address stri
 	return "", "", false
 }
 
-// apiServerReady reports whether machine's plan (named after it) has the
-// kube-apiserver probe and it last passed.
-func (p *Proxy) apiServerReady(r *http.Request, machine string) bool {
+// apiServerProbe reports whether machine's plan (named after it) has the
+// kube-apiserver probe (has), and whether it last passed (ready).
+func (p *Proxy) apiServerProbe(r *http.Request, machine string) (ready, has bool) {
 	plan, err := p.Source.Plan(r.Context(), machine, false)
 	if err != nil {
-		return false
+		return false, false
 	}
 	for _, ps := range plan.Status.Probes {
 		if ps.Name == api.KubeAPIServerProbe {
-			return ps.Healthy
+			return ps.Healthy, true
 		}
 	}
-	return false
+	return false, false
 }
 
 // impersonate makes r speak for who downstream: whatever credential or
