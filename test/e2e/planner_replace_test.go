@@ -64,8 +64,8 @@ func etcdMembers(client *http.Client, addr string) (map[string]string, error) {
 // agent cannot run its own drain plan), the replacement is added and
 // started, and etcd lists 3 healthy members again, the dead one not among
 // them, without anyone deleting a Machine. All along the cluster's API
-// answers through Muster's proxy (asked every 500 ms, never failing twice
-// in a row). The machine killed is the first by name: the first etcd
+// answers through Muster's proxy (asked every 500 ms; one failure allowed,
+// within 5 s of the kill: see killGrace). The machine killed is the first by name: the first etcd
 // member and the machine the proxy serves through. The time from the kill
 // to 3 healthy members is logged. Then Muster's own checks on the proxy of
 // this planner-built cluster: a viewer cannot write, an agent's
@@ -97,8 +97,9 @@ func TestPlannerReplaceDeadEtcd(t *testing.T) {
 	killPoolAgentsAtEnd(t, s)
 	t.Cleanup(func() {
 		if t.Failed() {
-			out, _ := s.kubectl("get", "cluster", name, "-o", "yaml")
-			t.Logf("the cluster at the failure:\n%s", out)
+			// Its status only: its spec holds the proxy's client key.
+			out, _ := s.kubectl("get", "cluster", name, "-o", "jsonpath={.status}")
+			t.Logf("the cluster's status at the failure:\n%s", out)
 			out, _ = s.kubectl("get", "machineplans", "-o", `jsonpath={range .items[*]}{.metadata.name} {.metadata.labels} {.metadata.annotations} {.status.state} {.status.output}{"\n"}{end}`)
 			t.Logf("plans:\n%.6000s", out)
 			logs, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
@@ -179,16 +180,26 @@ spec:
 	kc := clusterKubeconfig(t, s.kubeconfig(), name)
 	proxyHTTP, cfg := httpFor(t, kc)
 	proxyHTTP.Timeout = 5 * time.Second
+	// The failure budget: one failed request, within killGrace of the
+	// kill. The machine killed is the one the proxy serves through (the
+	// first by name), and a request sent in the moment between its agent's
+	// death and the server seeing its tunnel close goes to that dead
+	// tunnel; the server sees it at once (the kernel closes the killed
+	// agent's connection), so 5 s is wide. Any other failure (a 503, an
+	// error, a request slower than 5 s), and so any failure later in the
+	// replacement, fails the test.
+	const killGrace = 5 * time.Second
 	var mu sync.Mutex
-	var polls, failures, worst int
-	var lastErr string
+	var polls int
+	var failed []string // each failure: when after the kill, and what
+	var outOfBudget bool
+	var didKill bool     // the kill happened
 	killed := time.Now() // set again at the kill
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
 		tick := time.NewTicker(500 * time.Millisecond)
 		defer tick.Stop()
-		run := 0
 		for {
 			select {
 			case <-stop:
@@ -208,14 +219,10 @@ spec:
 			}
 			mu.Lock()
 			polls++
-			if ok {
-				run = 0
-			} else {
-				failures++
-				lastErr = fmt.Sprintf("%.1fs after the kill: %s", time.Since(killed).Seconds(), why)
-				if run++; run > worst {
-					worst = run
-				}
+			if !ok {
+				after := time.Since(killed)
+				failed = append(failed, fmt.Sprintf("%.1fs after the kill: %s", after.Seconds(), why))
+				outOfBudget = outOfBudget || !didKill || after > killGrace || len(failed) > 1
 			}
 			mu.Unlock()
 		}
@@ -236,7 +243,7 @@ spec:
 		t.Fatalf("no agent process for machine %s", victim)
 	}
 	mu.Lock()
-	killed = time.Now()
+	killed, didKill = time.Now(), true
 	mu.Unlock()
 	if err := syscall.Kill(agent, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill -9 the agent of %s: %v", victim, err)
@@ -295,10 +302,12 @@ spec:
 	close(stop)
 	<-stopped
 	mu.Lock()
-	t.Logf("replacement of a killed etcd member (silence threshold 20s, unhealthyTimeout 10s): kill to dead member removed %v, to 3 healthy members with the new one %v, to Ready %v; the API through Muster asked %d times, %d failures, at most %d in a row (last: %s)",
-		removed.Round(100*time.Millisecond), replaced.Round(100*time.Millisecond), ready.Round(100*time.Millisecond), polls, failures, worst, lastErr)
-	if worst >= 2 || polls < 10 {
-		t.Errorf("the cluster's API through Muster failed %d times in a row during the replacement (%d asked, last: %s); want never twice", worst, polls, lastErr)
+	t.Logf("replacement of a killed etcd member (silence threshold 20s, unhealthyTimeout 10s): kill to dead member removed %v, to 3 healthy members with the new one %v, to Ready %v; the API through Muster asked %d times, %d failed %q",
+		removed.Round(100*time.Millisecond), replaced.Round(100*time.Millisecond), ready.Round(100*time.Millisecond), polls, len(failed), failed)
+	// Asked every 500 ms from before the kill to Ready: fewer than one in
+	// 2 s means the asking stalled and proves nothing.
+	if outOfBudget || polls < int(ready/(2*time.Second)) {
+		t.Errorf("the cluster's API through Muster during the replacement: %d asked, %d failed: %q; want at most one failure, within %v of the kill (the request sent as the machine it went through died)", polls, len(failed), failed, killGrace)
 	}
 	mu.Unlock()
 
