@@ -58,8 +58,8 @@ func etcdMembers(client *http.Client, addr string) (map[string]string, error) {
 
 // TestPlannerReplaceDeadEtcd (issue 29): a planner-built cluster of 3
 // etcd,controlplane machines (no workers) on the process driver, each in
-// its own network namespace; kill -9 the agent of one member, and its etcd
-// and kube-apiserver: the pool replaces the machine (unhealthyTimeout),
+// its own network namespace; kill -9 the agent of one member and every
+// process its plan started: the pool replaces the machine (unhealthyTimeout),
 // the dead member is removed from etcd through a healthy member (a dead
 // agent cannot run its own drain plan), the replacement is added and
 // started, and etcd lists 3 healthy members again, the dead one not among
@@ -236,8 +236,8 @@ spec:
 		<-stopped
 	}()
 
-	// kill -9 the victim's agent, then its etcd and kube-apiserver: the
-	// machine is dead, as a lost host would be.
+	// kill -9 the victim's agent, then every process its plan started:
+	// the machine is dead, as a lost host would be.
 	agent := poolAgents(s)[victim]
 	if agent == 0 {
 		t.Fatalf("no agent process for machine %s", victim)
@@ -248,7 +248,9 @@ spec:
 	if err := syscall.Kill(agent, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill -9 the agent of %s: %v", victim, err)
 	}
-	for _, proc := range []string{"etcd", "kube-apiserver"} {
+	// Every process its plan started, each with a pid file (run.sh).
+	procs := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+	for _, proc := range procs {
 		b, err := os.ReadFile(filepath.Join(dir, victim, proc+".pid"))
 		var pid int
 		if _, serr := fmt.Sscan(string(b), &pid); err != nil || serr != nil || pid <= 1 {
@@ -258,7 +260,7 @@ spec:
 			t.Fatalf("kill -9 machine %s's %s (%d): %v", victim, proc, pid, err)
 		}
 	}
-	t.Logf("killed machine %s (agent, etcd, kube-apiserver)", victim)
+	t.Logf("killed machine %s (agent, %s)", victim, strings.Join(procs, ", "))
 
 	// The pool replaces it, the dead member goes, the new one comes: etcd
 	// lists 3 members, each started and healthy, the victim not among
