@@ -130,6 +130,19 @@ func namespaceName(machine string) string {
 // bridgeName is the bridge of a CIDR: one per range on the host.
 func bridgeName(cidr netip.Prefix) string { return "mbr" + shortHash(cidr.String())[:12] }
 
+// bridgeMAC is the bridge's own hardware address, set when it is made: a
+// bridge without one set takes the lowest of its ports' addresses, and so
+// changes address when a machine's veth comes or goes. The machines keep
+// the old address for their gateway in their ARP caches until it goes
+// stale (tens of seconds), and in that time nothing they send leaves the
+// bridge: an agent's tunnel to the server timed out, and its machine was
+// taken for dead, when the pool removed another machine of the range.
+// Locally administered and unicast (02:...), fixed by the range.
+func bridgeMAC(cidr netip.Prefix) string {
+	h := shortHash("mac", cidr.String())
+	return "02:" + h[0:2] + ":" + h[2:4] + ":" + h[4:6] + ":" + h[6:8] + ":" + h[8:10]
+}
+
 // lockNetwork takes the driver's allocation lock, across goroutines and
 // processes (a restarted server while the old one still exits).
 func (p Process) lockNetwork() (func(), error) {
@@ -265,7 +278,7 @@ func (p Process) ensureNetwork(machine, dir string, cidr netip.Prefix) (machineN
 		}
 	}
 	if !linkExists(n.Bridge) {
-		if err := ipCmd("link", "add", n.Bridge, "type", "bridge"); err != nil && !linkExists(n.Bridge) {
+		if err := ipCmd("link", "add", n.Bridge, "address", bridgeMAC(cidr), "type", "bridge"); err != nil && !linkExists(n.Bridge) {
 			return machineNetwork{}, err
 		}
 		for _, args := range [][]string{

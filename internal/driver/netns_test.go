@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -165,4 +167,87 @@ func TestProcessDriverNetworkNamespaceAsUser(t *testing.T) {
 	}
 	log, _ := os.ReadFile(dir + "/" + name + "/agent.log")
 	t.Errorf("the agent sees the addresses %q; want its namespace's %s (its log: %s)", addrs, st["address"], log)
+}
+
+// TestProcessDriverNetworkNamespaceGatewayStays: a machine of the range
+// going does not cut the others off from the host. The bridge has a
+// hardware address of its own; one that took its ports' lowest address
+// changed it when that port's machine went, the other machines' ARP
+// caches kept the old one for tens of seconds, and an agent's tunnel to
+// the server timed out (its machine taken for dead) when a pool replaced
+// another machine. The machine removed is the one whose veth's address
+// the bridge would have taken, so that this fails on such a bridge.
+func TestProcessDriverNetworkNamespaceGatewayStays(t *testing.T) {
+	needNetns(t)
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Fatal("no bash to connect from a namespace with (/dev/tcp)")
+	}
+	cidr := netip.MustParsePrefix(fmt.Sprintf("10.216.%d.%d/29", rand.IntN(256), rand.IntN(32)*8))
+	config := map[string]string{ConfigNetworkNamespace: "true", ConfigNetworkCIDR: cidr.String()}
+	ctx := context.Background()
+	p := Process{Dir: t.TempDir(), AgentBinary: fakeAgent(t)}
+	suffix := fmt.Sprintf("%d", rand.IntN(1e6))
+	names := []string{"ga-" + suffix, "gb-" + suffix, "gc-" + suffix}
+	for _, name := range names {
+		if _, err := p.Create(ctx, CreateRequest{Name: name, Config: config, Bootstrap: Bootstrap{ServerURL: "https://10.0.0.1:6443", Token: "K10x"}}); err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+		t.Cleanup(func() { _ = p.Remove(ctx, HostRequest{Name: name, Config: config}) })
+	}
+	n, _ := readNetwork(filepath.Join(p.Dir, names[0]))
+	mac := func(link string) string {
+		i, err := net.InterfaceByName(link)
+		if err != nil {
+			t.Fatalf("link %s: %v", link, err)
+		}
+		return i.HardwareAddr.String()
+	}
+	before := mac(n.Bridge)
+
+	// The host listens on the gateway, as a server on the host is reached
+	// through it; each machine connects once, which fills its ARP cache.
+	l, err := net.Listen("tcp", net.JoinHostPort(n.Gateway, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	connect := func(name string) error {
+		out, err := exec.Command("ip", "netns", "exec", namespaceName(name), "timeout", "3", "bash", "-c", "exec 3<>/dev/tcp/"+n.Gateway+"/"+fmt.Sprint(l.Addr().(*net.TCPAddr).Port)).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}
+	gone := names[0]
+	for _, name := range names {
+		if err := connect(name); err != nil {
+			t.Fatalf("machine %s cannot reach the host at %s: %v", name, n.Gateway, err)
+		}
+		if m, _ := readNetwork(filepath.Join(p.Dir, name)); mac(m.HostLink) == before {
+			gone = name
+		}
+	}
+	if err := p.Remove(ctx, HostRequest{Name: gone, Config: config}); err != nil {
+		t.Fatal(err)
+	}
+	if after := mac(n.Bridge); after != before {
+		t.Errorf("removing machine %s changed the bridge's address from %s to %s", gone, before, after)
+	}
+	for _, name := range names {
+		if name == gone {
+			continue
+		}
+		if err := connect(name); err != nil {
+			t.Errorf("after machine %s went, machine %s cannot reach the host at %s within 3 s: %v", gone, name, n.Gateway, err)
+		}
+	}
 }

@@ -1,7 +1,8 @@
 // Package k8sproxy serves a cluster's own Kubernetes API through
 // muster-server, as Rancher serves /k8s/clusters/<id>: a request to
 // /k8s/clusters/<name>/<path> goes to the kube-apiserver of one of the
-// cluster's Running control-plane machines, over that machine's agent
+// cluster's Running control-plane machines (or, with none, of one whose
+// kube-apiserver last answered its readiness probe), over that machine's agent
 // tunnel (internal/tunnel), so the cluster's API never needs an address
 // its users can reach.
 //
@@ -122,6 +123,7 @@ func (r resolver) NewRequestInfo(req *http.Request) (*request.RequestInfo, error
 type Source interface {
 	Cluster(ctx context.Context, name string, fresh bool) (*api.Cluster, error)
 	MachinesWithRole(ctx context.Context, cluster, role string) ([]api.Machine, error)
+	Plan(ctx context.Context, name string, fresh bool) (*api.MachinePlan, error)
 }
 
 // Proxy serves Prefix.
@@ -207,47 +209,106 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// pick chooses the control-plane machine to reach the cluster through:
-// the first Running one (by name, so connections are reused) whose
-// tunnel this server holds, else one whose tunnel another server holds
-// (address is that server's; never for a request already forwarded).
+// pick chooses the control-plane machine to reach the cluster through,
+// the first by name (so connections are reused) whose tunnel this server
+// holds, else one whose tunnel another server holds (address is that
+// server's; never for a request already forwarded). Machines being
+// deleted are never chosen. Which machines may serve:
+//   - When the machines' plans report their kube-apiserver's readiness
+//     (a probe named api.KubeAPIServerProbe, as the planner's do), only
+//     those whose probe last passed: the Running ones first, then those
+//     that are not Unavailable (a machine applying a changed plan is
+//     Updating while its kube-apiserver still answers). A Running machine
+//     without that probe (a new member whose plan runs only etcd yet)
+//     has no kube-apiserver to reach.
+//   - Otherwise (a cluster whose plans say nothing of it), the Running ones.
 func (p *Proxy) pick(r *http.Request, c *api.Cluster) (machine, address string, err error) {
 	ms, err := p.Source.MachinesWithRole(r.Context(), c.Name, api.ControlPlaneRole)
 	if err != nil {
 		return "", "", err
 	}
 	slices.SortFunc(ms, func(a, b api.Machine) int { return strings.Compare(a.Name, b.Name) })
-	var running []string
-	var others []string
+	var running, readyRunning, readyOther, states []string
+	probed := false
 	for _, m := range ms {
-		if m.Status.Phase == api.MachinePhaseRunning && m.DeletionTimestamp == nil {
+		if m.DeletionTimestamp != nil {
+			states = append(states, m.Name+" is being deleted")
+			continue
+		}
+		ready, has := p.apiServerProbe(r, m.Name)
+		probed = probed || has
+		state := fmt.Sprintf("%s is %s", m.Name, m.Status.Phase)
+		switch {
+		case has && !ready:
+			state += ", its kube-apiserver probe failing"
+		case !has:
+			state += ", its plan has no kube-apiserver probe"
+		}
+		states = append(states, state)
+		switch {
+		case m.Status.Phase == api.MachinePhaseRunning:
 			running = append(running, m.Name)
-		} else {
-			others = append(others, fmt.Sprintf("%s is %s", m.Name, m.Status.Phase))
-		}
-	}
-	for _, m := range running {
-		if p.Hub.Connected(m) {
-			return m, "", nil
-		}
-	}
-	if f := p.Forwarding; f != nil && r.Header.Get(serve.ForwardedHeader) == "" {
-		for _, m := range running {
-			if address, _, ok := f.Locate(m); ok {
-				return m, address, nil
+			if ready {
+				readyRunning = append(readyRunning, m.Name)
 			}
+		case ready && m.Status.Phase != api.MachinePhaseUnavailable:
+			readyOther = append(readyOther, m.Name)
 		}
+	}
+	candidates := running
+	if probed {
+		candidates = append(readyRunning, readyOther...)
+	}
+	if machine, address, ok := p.reach(r, candidates); ok {
+		return machine, address, nil
 	}
 	switch {
 	case len(ms) == 0:
 		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s has no machine with role %s (label %s%s=true), so its API cannot be reached: give its control-plane machines that role (muster-agent --role %s)",
 			c.Name, api.ControlPlaneRole, api.RoleLabelPrefix, api.ControlPlaneRole, api.ControlPlaneRole))
-	case len(running) == 0:
+	case len(candidates) == 0 && probed:
+		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s has no control-plane machine whose %s probe last passed (%s), so its API cannot be reached: wait for one, or see why with kubectl describe machine and its MachinePlan's status.probes",
+			c.Name, api.KubeAPIServerProbe, strings.Join(states, "; ")))
+	case len(candidates) == 0:
 		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s has no Running control-plane machine (%s), so its API cannot be reached: wait for one to be Running, or see why with kubectl describe machine",
-			c.Name, strings.Join(others, ", ")))
+			c.Name, strings.Join(states, "; ")))
 	}
-	return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("the agents of cluster %s's Running control-plane machines (%s) hold no tunnel to any server right now, so its API cannot be reached: check that muster-agent runs on them and reaches the server, then try again",
-		c.Name, strings.Join(running, ", ")))
+	return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("the agents of cluster %s's control-plane machines that could serve (%s) hold no tunnel to any server right now, so its API cannot be reached: check that muster-agent runs on them and reaches the server, then try again",
+		c.Name, strings.Join(candidates, ", ")))
+}
+
+// reach returns the first of machines whose tunnel this server holds,
+// else the first whose tunnel another server holds, with that server's
+// address (never for a request already forwarded).
+func (p *Proxy) reach(r *http.Request, machines []string) (machine, address string, ok bool) {
+	for _, m := range machines {
+		if p.Hub.Connected(m) {
+			return m, "", true
+		}
+	}
+	if f := p.Forwarding; f != nil && r.Header.Get(serve.ForwardedHeader) == "" {
+		for _, m := range machines {
+			if address, _, ok := f.Locate(m); ok {
+				return m, address, true
+			}
+		}
+	}
+	return "", "", false
+}
+
+// apiServerProbe reports whether machine's plan (named after it) has the
+// kube-apiserver probe (has), and whether it last passed (ready).
+func (p *Proxy) apiServerProbe(r *http.Request, machine string) (ready, has bool) {
+	plan, err := p.Source.Plan(r.Context(), machine, false)
+	if err != nil {
+		return false, false
+	}
+	for _, ps := range plan.Status.Probes {
+		if ps.Name == api.KubeAPIServerProbe {
+			return ps.Healthy, true
+		}
+	}
+	return false, false
 }
 
 // impersonate makes r speak for who downstream: whatever credential or

@@ -40,6 +40,9 @@ const (
 	// reverted.
 	VersionLabel           = "muster.io/planner-version"
 	VersionSinceAnnotation = "muster.io/planner-version-since"
+	// RemovesAnnotation, on a member's plan, names the dead member that
+	// plan removes from etcd: once the plan is applied, the member is out.
+	RemovesAnnotation = "muster.io/planner-removes"
 )
 
 // resync reconciles every cluster this often besides on every change.
@@ -132,6 +135,28 @@ func (c *Controller) reconcileAll(ctx context.Context) error {
 	return nil
 }
 
+// agentGone reports whether a deleted machine's agent is gone: it was
+// Unavailable (no server heard it for the silence threshold) when it was
+// deleted, as a machine a pool replaces for its health is. Such a machine
+// cannot run a drain plan, so the planner has another member remove its
+// etcd member.
+func agentGone(m *api.Machine) bool {
+	if m.DeletionTimestamp == nil {
+		return false
+	}
+	switch m.Status.Phase {
+	case api.MachinePhaseUnavailable:
+		return true
+	case api.MachinePhaseDraining:
+		for i := len(m.Status.Transitions) - 1; i >= 0; i-- {
+			if t := m.Status.Transitions[i]; t.To == string(api.MachinePhaseDraining) {
+				return t.From == string(api.MachinePhaseUnavailable)
+			}
+		}
+	}
+	return false
+}
+
 func internalIP(m *api.Machine) string {
 	for _, a := range m.Status.Addresses {
 		if a.Type == api.MachineInternalIP {
@@ -195,7 +220,7 @@ func (c *Controller) reconcile(ctx context.Context, cl *api.Cluster, machines []
 			continue
 		}
 		byName[m.Name] = m
-		n := node{name: m.Name, roles: map[string]bool{}, address: internalIP(m), deleting: m.DeletionTimestamp != nil}
+		n := node{name: m.Name, roles: map[string]bool{}, address: internalIP(m), deleting: m.DeletionTimestamp != nil, agentGone: agentGone(m)}
 		for _, r := range m.Spec.Roles {
 			n.roles[r] = true
 		}
@@ -212,6 +237,10 @@ func (c *Controller) reconcile(ctx context.Context, cl *api.Cluster, machines []
 				}
 				for _, ps := range p.Status.Probes {
 					n.etcdHealthy = n.etcdHealthy || (ps.Name == "etcd" && ps.Healthy)
+				}
+				n.removing = p.Annotations[RemovesAnnotation]
+				if p.Applied() {
+					n.removed = n.removing
 				}
 			} else if someoneElses(p) && (n.roles[api.EtcdRole] || n.roles[api.ControlPlaneRole] || n.roles[api.WorkerRole]) {
 				n.foreign = true
@@ -377,6 +406,9 @@ func (c *Controller) writePlans(ctx context.Context, cl *api.Cluster, d decision
 		in := renderInput{cluster: cl.Name, spec: *cl.Spec.Kubernetes, machine: name, address: internalIP(byName[name]),
 			stage: s, allMembers: members, apiServer: apiServer, pki: k, bin: bin, existing: existing}
 		in.spec.Version = version
+		if s.remove != "" {
+			in.removeAddress = internalIP(byName[s.remove])
+		}
 		if s.etcdMember >= 0 {
 			in.members = members[:s.etcdMember+1]
 		}
@@ -385,7 +417,7 @@ func (c *Controller) writePlans(ctx context.Context, cl *api.Cluster, d decision
 			errs = append(errs, err.Error())
 			continue
 		}
-		if err := c.writePlan(ctx, cl.Name, name, s.key(), version, spec, old); err != nil {
+		if err := c.writePlan(ctx, cl.Name, name, s, version, spec, old); err != nil {
 			errs = append(errs, fmt.Sprintf("writing machine %s's plan: %v", name, err))
 		}
 	}
@@ -404,7 +436,8 @@ func (c *Controller) writePlans(ctx context.Context, cl *api.Cluster, d decision
 // etcd member's, that the planner writes its drain plan (the Machine waits
 // for it when deleted: the member leaves etcd before its host goes); on
 // that drain plan, the drain label and deadline the lifecycle reads.
-func planMeta(p *metav1.ObjectMeta, cluster, stageKey, version string) {
+func planMeta(p *metav1.ObjectMeta, cluster string, s stage, version string) {
+	stageKey := s.key()
 	if p.Labels == nil {
 		p.Labels = map[string]string{}
 	}
@@ -416,6 +449,10 @@ func planMeta(p *metav1.ObjectMeta, cluster, stageKey, version string) {
 	}
 	p.Labels[PlannerLabel], p.Labels[StageLabel], p.Labels[VersionLabel] = cluster, stageKey, version
 	delete(p.Annotations, api.PlanDrainByAnnotation)
+	delete(p.Annotations, RemovesAnnotation)
+	if s.remove != "" {
+		p.Annotations[RemovesAnnotation] = s.remove
+	}
 	switch {
 	case stageKey == "leave":
 		p.Labels[api.PlanDrainLabel] = "true"
@@ -427,11 +464,12 @@ func planMeta(p *metav1.ObjectMeta, cluster, stageKey, version string) {
 	}
 }
 
-func (c *Controller) writePlan(ctx context.Context, cluster, name, stageKey, version string, spec api.MachinePlanSpec, old *api.MachinePlan) error {
+func (c *Controller) writePlan(ctx context.Context, cluster, name string, s stage, version string, spec api.MachinePlanSpec, old *api.MachinePlan) error {
 	plans := c.client.MusterV1alpha1().MachinePlans()
+	stageKey := s.key()
 	if old == nil {
 		p := &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
-		planMeta(&p.ObjectMeta, cluster, stageKey, version)
+		planMeta(&p.ObjectMeta, cluster, s, version)
 		_, err := plans.Create(ctx, p, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			return nil // the cache is behind: the next pass sees it
@@ -443,7 +481,7 @@ func (c *Controller) writePlan(ctx context.Context, cluster, name, stageKey, ver
 	}
 	p := old.DeepCopy()
 	p.Spec = spec
-	planMeta(&p.ObjectMeta, cluster, stageKey, version)
+	planMeta(&p.ObjectMeta, cluster, s, version)
 	if equality.Semantic.DeepEqual(old.Spec, p.Spec) && equality.Semantic.DeepEqual(old.Labels, p.Labels) && equality.Semantic.DeepEqual(old.Annotations, p.Annotations) {
 		return nil
 	}

@@ -51,6 +51,14 @@ type node struct {
 	version      string
 	versionSince time.Time
 	planFailed   bool
+	// agentGone: a deleted machine whose agent is gone (it was
+	// Unavailable when deleted, as a pool's replaced machine is): it
+	// cannot run its own drain plan, so another member removes it.
+	agentGone bool
+	// removing: the member this machine's plan removes from etcd for a
+	// machine whose agent is gone; removed: the same, once that plan is
+	// applied (the member is out of etcd's list).
+	removing, removed string
 }
 
 // stage is how far a machine's plan goes: which parts it carries.
@@ -66,6 +74,10 @@ type stage struct {
 	// leave: the member leaves etcd (member remove) and stops: the drain
 	// plan of a deleted member's machine.
 	leave bool
+	// remove names a deleted member whose machine's agent is gone: this
+	// machine's plan removes it from etcd (member remove through its own
+	// member), since the dead machine cannot run its drain plan.
+	remove string
 }
 
 // key names a stage in a plan's label (StageLabel), so that a plan
@@ -191,11 +203,33 @@ func decide(nodes []node, members []string, elsewhere []string) decision {
 	}
 	d := decision{stages: map[string]stage{}, tiers: map[string]tier{}}
 	// The etcd members, in join order: a member stays one until it has
-	// left etcd (a deleted machine's drain plan), or its machine is gone.
-	for _, m := range members {
-		if n := byName[m]; n != nil && n.roles[api.EtcdRole] && !(n.deleting && n.healthyStage == "leave") {
-			d.members = append(d.members, m)
+	// left etcd (a deleted machine's drain plan, or another member's plan
+	// removing a dead one), or its machine is gone.
+	removedBy := map[string]string{}
+	removingBy := map[string]string{}
+	keepRemoval := map[string]string{} // remover -> the member it removed
+	for _, n := range nodes {
+		if n.removed != "" {
+			removedBy[n.removed] = n.name
 		}
+		if n.removing != "" {
+			removingBy[n.removing] = n.name
+		}
+	}
+	for _, m := range members {
+		n := byName[m]
+		if n == nil || !n.roles[api.EtcdRole] || (n.deleting && n.healthyStage == "leave") {
+			continue
+		}
+		if n.deleting && removedBy[m] != "" {
+			// Removed from etcd by another member's plan: its machine's
+			// deletion waits no longer, and that plan keeps its removal
+			// (unchanged, so nothing is applied again) while it is here.
+			d.release = append(d.release, m)
+			keepRemoval[removedBy[m]] = m
+			continue
+		}
+		d.members = append(d.members, m)
 	}
 	// Every member's machine deleted (the pool or the cluster goes): etcd
 	// goes with them, and no member leaves first, which the last could not.
@@ -206,7 +240,7 @@ func decide(nodes []node, members []string, elsewhere []string) decision {
 		}
 	}
 	if going > 0 && going == len(d.members) {
-		d.release = d.members
+		d.release = append(d.release, d.members...)
 		d.phase, d.message = api.KubernetesPhaseRemovingEtcd, "every etcd member's machine was deleted: etcd goes with them, no member leaves first"
 		d.tiers[CondEtcd] = tier{reason: "Deleted", message: d.message}
 		return d
@@ -261,16 +295,15 @@ func decide(nodes []node, members []string, elsewhere []string) decision {
 	// going back to its member's plan would add it to etcd again.
 	for i, m := range d.members {
 		if !byName[m].deleting {
-			d.stages[m] = stage{etcdMember: i}
+			d.stages[m] = stage{etcdMember: i, remove: keepRemoval[m]}
 		}
 	}
 	// A deleted machine's member leaves first, one at a time (one already
 	// leaving goes on before any other starts), and only while the
 	// members that stay keep a healthy quorum without it.
 	leaving := append([]string(nil), d.members...)
-	sort.SliceStable(leaving, func(i, j int) bool {
-		return byName[leaving[i]].plannedStage == "leave" && byName[leaving[j]].plannedStage != "leave"
-	})
+	started := func(m string) bool { return byName[m].plannedStage == "leave" || removingBy[m] != "" }
+	sort.SliceStable(leaving, func(i, j int) bool { return started(leaving[i]) && !started(leaving[j]) })
 	for _, m := range leaving {
 		n := byName[m]
 		if !n.deleting {
@@ -284,6 +317,27 @@ func decide(nodes []node, members []string, elsewhere []string) decision {
 		}
 		if healthyStay < stay/2+1 {
 			return wait(api.KubernetesPhaseRemovingEtcd, CondEtcd, n, fmt.Sprintf("its machine was deleted, and removing its member would leave %d healthy of %d, below quorum (%d): the member stays until more are healthy", healthyStay, stay, stay/2+1))
+		}
+		if n.agentGone {
+			// Its agent cannot run a drain plan: the first healthy member
+			// that stays removes it (the one already doing so goes on).
+			r := removingBy[m]
+			if r == "" || byName[r].deleting {
+				r = ""
+				for _, o := range d.members {
+					if o != m && byName[o].etcdHealthy && !byName[o].deleting {
+						r = o
+						break
+					}
+				}
+			}
+			if r == "" {
+				return wait(api.KubernetesPhaseRemovingEtcd, CondEtcd, n, "its machine was deleted and its agent is gone (Unavailable): no healthy member is left to remove it from etcd")
+			}
+			s := d.stages[r]
+			s.remove = m
+			d.stages[r] = s
+			return wait(api.KubernetesPhaseRemovingEtcd, CondEtcd, n, fmt.Sprintf("its machine was deleted and its agent is gone (Unavailable): its member is removed from etcd through member %s's plan before its host goes", r))
 		}
 		d.stages[m] = stage{etcdMember: -1, leave: true}
 		return wait(api.KubernetesPhaseRemovingEtcd, CondEtcd, n, "its machine was deleted: its member leaves etcd (member remove) before its host goes")

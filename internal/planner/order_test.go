@@ -164,3 +164,52 @@ func TestOrderWarnings(t *testing.T) {
 		t.Errorf("a role on another cluster's machine: %s %q", d.phase, d.invalid)
 	}
 }
+
+// TestOrderDeadMember: a deleted member whose agent is gone (a pool
+// replacing a dead machine) cannot run its own drain plan: the first
+// healthy member that stays removes it from etcd through its own plan;
+// once that plan is applied the dead member is out, its machine's
+// deletion is released, and the replacement joins.
+func TestOrderDeadMember(t *testing.T) {
+	const ecp = "etcd,controlplane"
+	dead := func() node { x := del(hm("m3", ecp, "etcd-apiserver")); x.agentGone = true; return x }
+	members := []string{"m1", "m2", "m3"}
+
+	d := order([]node{hm("m1", ecp, "etcd-apiserver"), hm("m2", ecp, "etcd-apiserver"), dead(), n("m4", ecp, "")}, members, nil)
+	if s, ok := d.stages["m3"]; ok {
+		t.Errorf("the dead member's machine got stage %q; want none (its agent cannot apply it)", s.key())
+	}
+	if d.stages["m1"].remove != "m3" || d.stages["m1"].key() != "etcd-apiserver" || d.stages["m2"].remove != "" {
+		t.Errorf("stages %+v; want m1 (the first healthy member) to remove m3, its stage unchanged", d.stages)
+	}
+	if _, ok := d.stages["m4"]; ok || d.phase != api.KubernetesPhaseRemovingEtcd || d.waitingFor != "m3" || !strings.Contains(d.message, "through member m1") {
+		t.Errorf("phase %s waiting for %q (%s), m4 planned %v; want the removal first, the replacement waiting", d.phase, d.waitingFor, d.message, d.stages["m4"])
+	}
+	if len(d.release) != 0 {
+		t.Errorf("released %v before the member was removed", d.release)
+	}
+
+	// m1's plan with the removal applied: m3 is out and released, m1 keeps
+	// the removal (its plan unchanged), and the replacement m4 joins.
+	m1 := hm("m1", ecp, "etcd-apiserver")
+	m1.removing, m1.removed = "m3", "m3"
+	d = order([]node{m1, hm("m2", ecp, "etcd-apiserver"), dead(), n("m4", ecp, "")}, members, nil)
+	if !reflect.DeepEqual(d.members, []string{"m1", "m2", "m4"}) || !reflect.DeepEqual(d.release, []string{"m3"}) {
+		t.Errorf("members %v, released %v; want m3 out and released, m4 joining", d.members, d.release)
+	}
+	if d.stages["m1"].remove != "m3" || d.stages["m4"].key() != "etcd" || d.phase != api.KubernetesPhaseJoiningEtcd {
+		t.Errorf("stages %+v, phase %s; want m1's removal kept and m4 joining etcd", d.stages, d.phase)
+	}
+
+	// The removal would leave no healthy quorum: nobody removes it.
+	d = order([]node{hm("m1", ecp, "etcd-apiserver"), n("m2", ecp, "etcd-apiserver"), dead()}, members, nil)
+	if d.stages["m1"].remove != "" || !strings.Contains(d.message, "below quorum") {
+		t.Errorf("one healthy member of the two that stay: stages %+v (%s); want no removal, below quorum said", d.stages, d.message)
+	}
+
+	// A deleted member whose agent lives leaves by its own drain plan, as before.
+	d = order([]node{hm("m1", ecp, "etcd-apiserver"), hm("m2", ecp, "etcd-apiserver"), del(hm("m3", ecp, "etcd-apiserver"))}, members, nil)
+	if !d.stages["m3"].leave || d.stages["m1"].remove != "" {
+		t.Errorf("a live deleted member: stages %+v; want its own leave plan", d.stages)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"math/big"
 	"net"
 	"path"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -300,6 +301,9 @@ type renderInput struct {
 	apiServer  string
 	pki        *clusterPKI
 	bin        binSet
+	// removeAddress is the address of stage.remove, the dead member this
+	// machine's plan removes from etcd.
+	removeAddress string
 	// existing is the machine's current plan's files by base name: a
 	// certificate that is still right is kept, so that a plan does not
 	// change (and restart the machine's processes) on every pass.
@@ -382,9 +386,9 @@ func render(in renderInput) (api.MachinePlanSpec, error) {
 		}
 		file("pki/etcd.crt", cert, 0o644)
 		file("pki/etcd.key", key, 0o600)
-		file("etcd.cmd", in.etcdCommand(), 0o600)
+		file("etcd.cmd", in.keepStarted("etcd.cmd", in.etcdCommand()), 0o600)
 		if in.stage.etcdMember > 0 {
-			file("etcd-join.sh", in.etcdJoinScript(), 0o700)
+			file("etcd-join.sh", in.keepStarted("etcd-join.sh", in.etcdJoinScript()), 0o700)
 			spec.Instructions = append(spec.Instructions, api.PlanInstruction{Name: "etcd-member-add", Command: "/bin/sh",
 				Args: []string{path.Join(d, "etcd-join.sh")}, TimeoutSeconds: 150, SaveOutput: true})
 		}
@@ -392,6 +396,16 @@ func render(in renderInput) (api.MachinePlanSpec, error) {
 			Args: []string{path.Join(d, "run.sh"), "etcd"}, TimeoutSeconds: 60})
 		spec.Probes = append(spec.Probes, api.PlanProbe{Name: "etcd", PeriodSeconds: 1, FailureThreshold: 3,
 			HTTPGet: &api.HTTPGetProbe{URL: fmt.Sprintf("http://127.0.0.1:%d/health", etcdMetricsPort)}})
+	}
+	if in.stage.remove != "" && in.stage.etcdMember >= 0 {
+		// A deleted member whose agent is gone cannot leave by itself:
+		// this member removes it, after its own etcd runs.
+		if net.ParseIP(in.removeAddress) == nil {
+			return spec, fmt.Errorf("machine %s's address %q (a member to remove from etcd) is not an IP address", in.stage.remove, in.removeAddress)
+		}
+		file("etcd-remove.sh", in.etcdRemoveScript(), 0o700)
+		spec.Instructions = append(spec.Instructions, api.PlanInstruction{Name: "etcd-member-remove", Command: "/bin/sh",
+			Args: []string{path.Join(d, "etcd-remove.sh")}, TimeoutSeconds: 120, SaveOutput: true})
 	}
 	if in.stage.apiServer {
 		_, svc, err := net.ParseCIDR(in.serviceCIDR())
@@ -441,7 +455,7 @@ func render(in renderInput) (api.MachinePlanSpec, error) {
 			api.PlanInstruction{Name: "bootstrap-objects", Command: "/bin/sh", Args: []string{"-c", retry(120,
 				fmt.Sprintf("%s --kubeconfig %s apply -f %s", in.bin.path("kubectl"), path.Join(d, "admin.kubeconfig"), path.Join(d, "bootstrap.yaml")))},
 				TimeoutSeconds: 180})
-		spec.Probes = append(spec.Probes, api.PlanProbe{Name: "kube-apiserver", PeriodSeconds: 1, FailureThreshold: 3,
+		spec.Probes = append(spec.Probes, api.PlanProbe{Name: api.KubeAPIServerProbe, PeriodSeconds: 1, FailureThreshold: 3,
 			// On the machine's loopback, which its serving certificate
 			// names; /readyz is open to anyone (system:public-info-viewer).
 			HTTPGet: &api.HTTPGetProbe{URL: fmt.Sprintf("https://127.0.0.1:%d/readyz", in.apiPort()), InsecureSkipVerify: true}})
@@ -524,6 +538,32 @@ func (in renderInput) keep(name string, issue func() ([]byte, []byte, error), ip
 	return string(c), string(k), err
 }
 
+// initialCluster is the part of an etcd command that only its first
+// start reads: with a data dir, etcd takes its members from it.
+var initialCluster = regexp.MustCompile(`--initial-cluster \S+ --initial-cluster-state \S+`)
+
+// keepStarted returns the machine's existing etcd.cmd or etcd-join.sh in
+// place of fresh when they differ only in what matters before the
+// member's first start: the members before it, which change when an
+// earlier member leaves. Rewriting them would restart its etcd (run.sh
+// restarts a changed command) and apply its plan again, for nothing.
+func (in renderInput) keepStarted(name, fresh string) string {
+	old := in.existing[name]
+	switch {
+	case old == "":
+		return fresh
+	case name == "etcd.cmd" && initialCluster.ReplaceAllString(old, "") == initialCluster.ReplaceAllString(fresh, ""):
+		return old
+	case name == "etcd-join.sh" && strings.Contains(old, joinedMarker):
+		return old
+	}
+	return fresh
+}
+
+// joinedMarker is in a join script that does nothing once its member's
+// etcd has a data dir (so the members it asks no longer matter).
+const joinedMarker = "a member (its etcd data dir exists)"
+
 func (in renderInput) etcdCommand() string {
 	d, a := in.dir(), in.address
 	var initial []string
@@ -566,6 +606,10 @@ func (in renderInput) etcdJoinScript() string {
 # etcd refuses a member add until every member has been connected for a
 # few seconds (its strict reconfiguration check), so the add is retried.
 set -u
+# Its etcd has started before (its data dir holds a member): it was
+# added then. A plan applied again (when the member removes a dead one)
+# must not wait on members that may be dead, as the first ones it lists.
+if [ -d %[5]s/member ]; then echo "%[6]s"; exit 0; fi
 c="curl -sS --fail --max-time 10 --cacert %[4]s/ca.crt --cert %[4]s/etcd.crt --key %[4]s/etcd.key"
 added=""
 for i in $(seq 90); do
@@ -593,7 +637,7 @@ for i in $(seq 30); do
 done
 echo "added, but not every member lists %[1]s after 30 s" >&2
 exit 1
-`, in.machine, peer, strings.Join(others, " "), p)
+`, in.machine, peer, strings.Join(others, " "), p, path.Join(in.dir(), "etcd-data"), joinedMarker)
 }
 
 // etcdLeaveScript removes the machine from etcd's members through another
@@ -629,6 +673,32 @@ for n in kube-scheduler kube-controller-manager kube-apiserver etcd; do
 done
 exit 0
 `, in.machine, peer, strings.Join(others, " "), p, in.dir())
+}
+
+// etcdRemoveScript removes a dead machine's member (found by its peer
+// URL) through this machine's own member, which is healthy: the dead
+// machine's agent cannot run its own drain plan. It does nothing if the
+// member is not listed (a plan run again).
+func (in renderInput) etcdRemoveScript() string {
+	p := path.Join(in.dir(), "pki")
+	peer := fmt.Sprintf("https://%s", net.JoinHostPort(in.removeAddress, fmt.Sprint(etcdPeerPort)))
+	ep := net.JoinHostPort(in.address, fmt.Sprint(etcdClientPort))
+	return fmt.Sprintf(`#!/bin/sh
+# Removes the member of %[1]s (peer URL %[2]s), whose machine was deleted
+# with its agent gone, through this machine's member at %[3]s.
+set -u
+c="curl -sS --fail --max-time 10 --cacert %[4]s/ca.crt --cert %[4]s/etcd.crt --key %[4]s/etcd.key"
+for i in $(seq 60); do
+  if list=$($c -X POST https://%[3]s/v3/cluster/member/list -d '{}'); then
+    id=$(printf '%%s' "$list" | tr '{' '\n' | grep -F '"%[2]s"' | sed -n 's/.*"ID":"*\([0-9][0-9]*\).*/\1/p' | head -n 1)
+    if [ -z "$id" ]; then echo "%[1]s is not a member"; exit 0; fi
+    if $c -X POST https://%[3]s/v3/cluster/member/remove -d "{\"ID\":\"$id\"}" >/dev/null; then echo "removed %[1]s's member $id"; exit 0; fi
+  fi
+  sleep 1
+done
+echo "this machine's etcd member (%[3]s) did not remove %[1]s's member in 60 s: is it healthy? see its MachinePlan's status" >&2
+exit 1
+`, in.stage.remove, peer, ep, p)
 }
 
 func (in renderInput) apiServerCommand() string {

@@ -250,3 +250,80 @@ func TestServesVersionReadsVersion(t *testing.T) {
 		t.Errorf("%s on /version's answer: %v %q; want v1.37.2", sed, err, out)
 	}
 }
+
+// TestRenderRemove: a member removing a dead one gets a script that is
+// valid shell and finds the dead member's ID in etcd's member list by its
+// peer URL (the /v3 JSON gateway's answer, as etcd 3.4 prints it).
+func TestRenderRemove(t *testing.T) {
+	k, err := newClusterPKI("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := []member{{"m1", "10.0.0.1"}, {"m2", "10.0.0.2"}}
+	spec, err := render(renderInput{cluster: "c", spec: api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2"},
+		machine: "m2", address: "10.0.0.2", stage: stage{etcdMember: 1, apiServer: true, remove: "m1"}, removeAddress: "10.0.0.1",
+		members: members, allMembers: members, pki: k, existing: map[string]string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var script string
+	for _, f := range spec.Files {
+		if path.Base(f.Path) == "etcd-remove.sh" {
+			script = f.Content
+		}
+	}
+	var names []string
+	for _, in := range spec.Instructions {
+		names = append(names, in.Name)
+	}
+	if script == "" || !strings.Contains(strings.Join(names, " "), "etcd etcd-member-remove kube-apiserver-version") {
+		t.Fatalf("instructions %v, remove script %q; want etcd-member-remove after the member's own etcd", names, script)
+	}
+	if out, err := exec.Command("/bin/sh", "-n", "-c", script).CombinedOutput(); err != nil {
+		t.Fatalf("the remove script is not valid shell: %v: %s\n%s", err, out, script)
+	}
+	var idLine string
+	for _, l := range strings.Split(script, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "id=") {
+			idLine = l
+		}
+	}
+	list := `{"header":{"cluster_id":"1"},"members":[{"ID":"111","name":"m2","peerURLs":["https://10.0.0.2:2380"]},{"ID":"14630031542749784534","name":"m1","peerURLs":["https://10.0.0.1:2380"]}]}`
+	out, err := exec.Command("/bin/sh", "-c", "list='"+list+"'\n"+idLine+"\necho \"$id\"").CombinedOutput()
+	if got := strings.TrimSpace(string(out)); err != nil || got != "14630031542749784534" {
+		t.Errorf("the script finds member ID %q (%v); want m1's 14630031542749784534", got, err)
+	}
+	if !strings.Contains(script, `-d "{\"ID\":\"$id\"}"`) {
+		t.Errorf("the remove request's body is not the JSON {\"ID\":\"<id>\"}:\n%s", script)
+	}
+}
+
+// TestRenderMemberKeepsStartedCommand: an earlier member leaving moves a
+// member's place, which changes only what its etcd's first start reads;
+// its etcd command and join script stay as they are (a changed command
+// would restart its etcd, and a changed plan be applied again).
+func TestRenderMemberKeepsStartedCommand(t *testing.T) {
+	k, err := newClusterPKI("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := []member{{"m1", "10.0.0.1"}, {"m2", "10.0.0.2"}, {"m3", "10.0.0.3"}}
+	in := renderInput{cluster: "c", spec: api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2"},
+		machine: "m3", address: "10.0.0.3", stage: stage{etcdMember: 2, apiServer: true},
+		members: members, allMembers: members, pki: k, existing: map[string]string{}}
+	first, err := render(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range first.Files {
+		in.existing[path.Base(f.Path)] = f.Content
+	}
+	in.stage.etcdMember, in.members, in.allMembers = 1, members[1:], members[1:]
+	again, err := render(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(first, again) {
+		t.Error("the first member leaving changed member 3's plan: its etcd would restart and its plan be applied again")
+	}
+}

@@ -278,6 +278,14 @@ const ClusterProxySubresource = "proxy"
 // of a Running machine that has it.
 const ControlPlaneRole = "controlplane"
 
+// KubeAPIServerProbe is the name of the probe, in a control-plane
+// machine's MachinePlan, on its kube-apiserver's readiness (the planner's
+// plans carry it). When none of a cluster's control-plane machines is
+// Running, the server reaches the cluster's API through one whose agent
+// holds a tunnel and whose probe last passed: a machine applying a
+// changed plan (Updating) whose kube-apiserver still answers.
+const KubeAPIServerProbe = "kube-apiserver"
+
 // ClusterKubernetesAPI is how the server reaches a cluster's kube-apiserver.
 type ClusterKubernetesAPI struct {
 	// Port is the kube-apiserver's port on each control-plane machine's
