@@ -20,7 +20,9 @@ import (
 // anything ran it. The machine's plan downloads it, refuses it and fails,
 // its output naming the binary, the sum expected and the sum got; the
 // binary is not left on the machine, nothing ran it, and the cluster says
-// it waits on the failed plan.
+// it waits on the failed plan. Then a cluster of a version the server has
+// no binaries of: nothing is planned, and its KubernetesUpgrade condition
+// says VersionUnavailable, naming the versions there are.
 func TestPlannerTamperedBinary(t *testing.T) {
 	t.Parallel()
 	etcd, err := exec.LookPath("etcd")
@@ -104,4 +106,39 @@ spec:
 		return strings.HasPrefix(status, "BootstrappingEtcd|"+machine+"|") && strings.Contains(status, "its plan failed")
 	})
 	t.Logf("%s", status)
+
+	// A version the server has no binaries of, and the cluster pins none:
+	// nothing is planned, and the cluster says why and what there is.
+	missing, missingVersion := name+"-missing", fmt.Sprintf("v1.37.2-missing.%d", id)
+	t.Cleanup(func() { _ = os.RemoveAll(filepath.Join(planner.BaseDir, missing)) })
+	if out, err := applyDoc(t, s, fmt.Sprintf(`apiVersion: muster.io/v1alpha1
+kind: Cluster
+metadata: {name: %[1]s}
+spec:
+  kubernetes: {distribution: kubernetes, version: %[2]s}
+---
+apiVersion: muster.io/v1alpha1
+kind: MachinePool
+metadata: {name: %[1]s-cp}
+spec:
+  cluster: %[1]s
+  replicas: 1
+  template: {roles: [etcd, controlplane], driver: process}
+`, missing, missingVersion)); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+	var cond string
+	waitFor(t, 2*time.Minute, "the cluster of a version not available to say so", func() bool {
+		cond, _ = s.kubectl("get", "cluster", missing, "-o", `jsonpath={.status.conditions[?(@.type=="KubernetesUpgrade")].reason}|{.status.conditions[?(@.type=="KubernetesUpgrade")].message}`)
+		return strings.HasPrefix(cond, "VersionUnavailable|")
+	})
+	for _, w := range []string{"Kubernetes " + missingVersion + " is not available for linux-amd64", "(it has " + version + ")", "--kubernetes-assets-dir"} {
+		if !strings.Contains(cond, w) {
+			t.Errorf("the condition does not say %q: %s", w, cond)
+		}
+	}
+	if out, _ := s.kubectl("get", "machineplans", "-l", "muster.io/planner="+missing, "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Errorf("the planner wrote plans for a version it has no binaries of: %s", out)
+	}
+	t.Logf("%s", cond)
 }
