@@ -317,6 +317,11 @@ func roll(d *decision, nodes []node, in rollInput) rollout {
 		case waiting != nil:
 			msg = fmt.Sprintf("%s: waiting for machine %s (its plan at %s applied, then etcd /health, kube-apiserver /readyz and version); %d of %d machines run %s",
 				what, waiting.name, target, at, len(names), target)
+			if isServer(waiting) && (len(r.drain) > 0 || len(r.uncordon) > 0) {
+				// The drainer's plan is applied again with the drain or
+				// uncordon: that is what it waits on.
+				msg += fmt.Sprintf("; the first control-plane machine's plan drains workers [%s] and uncordons [%s]", strings.Join(r.drain, " "), strings.Join(r.uncordon, " "))
+			}
 		}
 		r.cond = tier{reason: reason, message: msg}
 		if d.phase != api.KubernetesPhaseInvalid && d.phase != api.KubernetesPhaseRemovingEtcd {
