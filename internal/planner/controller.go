@@ -43,6 +43,12 @@ const (
 	// RemovesAnnotation, on a member's plan, names the dead member that
 	// plan removes from etcd: once the plan is applied, the member is out.
 	RemovesAnnotation = "muster.io/planner-removes"
+	// DrainsAnnotation and UncordonsAnnotation, on the first control-plane
+	// machine's plan, list (comma-separated) the workers that plan drains
+	// and uncordons for a version change: a worker is rewritten at the new
+	// version once that plan drained it, and uncordoned once healthy at it.
+	DrainsAnnotation    = "muster.io/planner-drains"
+	UncordonsAnnotation = "muster.io/planner-uncordons"
 )
 
 // resync reconciles every cluster this often besides on every change.
@@ -249,7 +255,9 @@ func (c *Controller) reconcile(ctx context.Context, cl *api.Cluster, machines []
 		nodes = append(nodes, n)
 	}
 	d := order(nodes, members, elsewhere)
-	r := roll(&d, nodes, c.rollInput(cl, byName))
+	in := c.rollInput(cl, byName)
+	drainInput(&in, cl.Name, planOf)
+	r := roll(&d, nodes, in)
 	for _, m := range d.release {
 		if p := planOf[m]; p != nil {
 			if err := c.release(ctx, p); err != nil {
@@ -287,6 +295,7 @@ func (c *Controller) rollInput(cl *api.Cluster, machines map[string]*api.Machine
 			in.timeout = time.Duration(u.HealthTimeoutSeconds) * time.Second
 		}
 	}
+	in.drain = drainEnabled(k)
 	if cond := meta.FindStatusCondition(cl.Status.Conditions, CondUpgrade); cond != nil && (cond.Reason == ReasonReverted || cond.Reason == ReasonReverting) {
 		in.failedWhy = failedReason(cond.Message)
 		in.reverting = cond.Reason == ReasonReverting
@@ -305,6 +314,52 @@ func (c *Controller) rollInput(cl *api.Cluster, machines map[string]*api.Machine
 	return in
 }
 
+// drainInput reads which workers the planner's plans drain and uncordon,
+// and which of those ran: an instruction ran when its plan was applied,
+// and did it when its output's last line says so.
+func drainInput(in *rollInput, cluster string, planOf map[string]*api.MachinePlan) {
+	in.drains, in.uncordons, in.drained, in.uncordoned, in.drainFailed = map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]string{}
+	lastLine := func(p *api.MachinePlan, instr string) (string, string) {
+		for _, o := range p.Status.Output {
+			if o.Name == instr {
+				out := strings.TrimSpace(o.Output)
+				return out[strings.LastIndex(out, "\n")+1:], out
+			}
+		}
+		return "", ""
+	}
+	for _, p := range planOf {
+		if p.Labels[PlannerLabel] != cluster {
+			continue
+		}
+		for _, w := range splitList(p.Annotations[DrainsAnnotation]) {
+			in.drains[w] = true
+			if !p.Applied() {
+				continue
+			}
+			switch last, out := lastLine(p, "drain-"+w); {
+			case last == drainedLine(w):
+				in.drained[w] = true
+			default:
+				in.drainFailed[w] = fmt.Sprintf("machine %s's plan ran kubectl drain %s: %q (kubectl get machineplan %s -o yaml: status.output; fix what stops the eviction, e.g. a PodDisruptionBudget, then change spec.kubernetes.upgradeStrategy.drainWorkers, e.g. its timeoutSeconds, to drain again, or set enabled: false)", p.Name, w, out, p.Name)
+			}
+		}
+		for _, w := range splitList(p.Annotations[UncordonsAnnotation]) {
+			in.uncordons[w] = true
+			if last, _ := lastLine(p, "uncordon-"+w); p.Applied() && last == uncordonedLine(w) {
+				in.uncordoned[w] = true
+			}
+		}
+	}
+}
+
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
 // pinned are the binaries the cluster pins for version: spec's for its
 // version, else those recorded for the version that ran.
 func pinned(cl *api.Cluster, version string) []api.KubernetesBinary {
@@ -315,6 +370,22 @@ func pinned(cl *api.Cluster, version string) []api.KubernetesBinary {
 		return st.Binaries
 	}
 	return nil
+}
+
+// drainEnabled: upgradeStrategy.drainWorkers.enabled, true when unset.
+func drainEnabled(k *api.ClusterKubernetes) bool {
+	if u := k.UpgradeStrategy; u != nil && u.DrainWorkers != nil && u.DrainWorkers.Enabled != nil {
+		return *u.DrainWorkers.Enabled
+	}
+	return true
+}
+
+// drainTimeout: upgradeStrategy.drainWorkers.timeoutSeconds, or its default.
+func drainTimeout(k *api.ClusterKubernetes) int32 {
+	if u := k.UpgradeStrategy; u != nil && u.DrainWorkers != nil && u.DrainWorkers.TimeoutSeconds > 0 {
+		return u.DrainWorkers.TimeoutSeconds
+	}
+	return api.DefaultWorkerDrainTimeoutSeconds
 }
 
 // clusterPKI returns the cluster's PKI: the one this leader made, else
@@ -412,12 +483,20 @@ func (c *Controller) writePlans(ctx context.Context, cl *api.Cluster, d decision
 		if s.etcdMember >= 0 {
 			in.members = members[:s.etcdMember+1]
 		}
+		var drains, uncordons []string
+		if len(cps) > 0 && name == cps[0] {
+			// The first control-plane machine drains and uncordons the
+			// workers (all control-plane machines are healthy before a
+			// worker is drained).
+			drains, uncordons = r.drain, r.uncordon
+			in.drain, in.uncordon, in.drainTimeout = drains, uncordons, drainTimeout(cl.Spec.Kubernetes)
+		}
 		spec, err := render(in)
 		if err != nil {
 			errs = append(errs, err.Error())
 			continue
 		}
-		if err := c.writePlan(ctx, cl.Name, name, s, version, spec, old); err != nil {
+		if err := c.writePlan(ctx, cl.Name, name, s, version, drains, uncordons, spec, old); err != nil {
 			errs = append(errs, fmt.Sprintf("writing machine %s's plan: %v", name, err))
 		}
 	}
@@ -436,7 +515,7 @@ func (c *Controller) writePlans(ctx context.Context, cl *api.Cluster, d decision
 // etcd member's, that the planner writes its drain plan (the Machine waits
 // for it when deleted: the member leaves etcd before its host goes); on
 // that drain plan, the drain label and deadline the lifecycle reads.
-func planMeta(p *metav1.ObjectMeta, cluster string, s stage, version string) {
+func planMeta(p *metav1.ObjectMeta, cluster string, s stage, version string, drains, uncordons []string) {
 	stageKey := s.key()
 	if p.Labels == nil {
 		p.Labels = map[string]string{}
@@ -453,6 +532,14 @@ func planMeta(p *metav1.ObjectMeta, cluster string, s stage, version string) {
 	if s.remove != "" {
 		p.Annotations[RemovesAnnotation] = s.remove
 	}
+	delete(p.Annotations, DrainsAnnotation)
+	delete(p.Annotations, UncordonsAnnotation)
+	if len(drains) > 0 {
+		p.Annotations[DrainsAnnotation] = strings.Join(drains, ",")
+	}
+	if len(uncordons) > 0 {
+		p.Annotations[UncordonsAnnotation] = strings.Join(uncordons, ",")
+	}
 	switch {
 	case stageKey == "leave":
 		p.Labels[api.PlanDrainLabel] = "true"
@@ -464,12 +551,12 @@ func planMeta(p *metav1.ObjectMeta, cluster string, s stage, version string) {
 	}
 }
 
-func (c *Controller) writePlan(ctx context.Context, cluster, name string, s stage, version string, spec api.MachinePlanSpec, old *api.MachinePlan) error {
+func (c *Controller) writePlan(ctx context.Context, cluster, name string, s stage, version string, drains, uncordons []string, spec api.MachinePlanSpec, old *api.MachinePlan) error {
 	plans := c.client.MusterV1alpha1().MachinePlans()
 	stageKey := s.key()
 	if old == nil {
 		p := &api.MachinePlan{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
-		planMeta(&p.ObjectMeta, cluster, s, version)
+		planMeta(&p.ObjectMeta, cluster, s, version, drains, uncordons)
 		_, err := plans.Create(ctx, p, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			return nil // the cache is behind: the next pass sees it
@@ -481,7 +568,7 @@ func (c *Controller) writePlan(ctx context.Context, cluster, name string, s stag
 	}
 	p := old.DeepCopy()
 	p.Spec = spec
-	planMeta(&p.ObjectMeta, cluster, s, version)
+	planMeta(&p.ObjectMeta, cluster, s, version, drains, uncordons)
 	if equality.Semantic.DeepEqual(old.Spec, p.Spec) && equality.Semantic.DeepEqual(old.Labels, p.Labels) && equality.Semantic.DeepEqual(old.Annotations, p.Annotations) {
 		return nil
 	}

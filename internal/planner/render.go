@@ -304,6 +304,11 @@ type renderInput struct {
 	// removeAddress is the address of stage.remove, the dead member this
 	// machine's plan removes from etcd.
 	removeAddress string
+	// drain and uncordon are the workers this control-plane machine's
+	// plan drains and uncordons for a version change (the drainer is the
+	// first control-plane machine); drainTimeout bounds one drain.
+	drain, uncordon []string
+	drainTimeout    int32
 	// existing is the machine's current plan's files by base name: a
 	// certificate that is still right is kept, so that a plan does not
 	// change (and restart the machine's processes) on every pass.
@@ -455,6 +460,20 @@ func render(in renderInput) (api.MachinePlanSpec, error) {
 			api.PlanInstruction{Name: "bootstrap-objects", Command: "/bin/sh", Args: []string{"-c", retry(120,
 				fmt.Sprintf("%s --kubeconfig %s apply -f %s", in.bin.path("kubectl"), path.Join(d, "admin.kubeconfig"), path.Join(d, "bootstrap.yaml")))},
 				TimeoutSeconds: 180})
+		// Workers drained before their plan is rewritten at another
+		// version, and uncordoned once healthy at it, through this
+		// machine's own kube-apiserver. The scripts end with success
+		// either way and say on their last line whether they did it: a
+		// drain that fails holds the upgrade, it must not fail this
+		// control-plane machine's plan (which would revert the cluster).
+		for _, w := range in.drain {
+			spec.Instructions = append(spec.Instructions, api.PlanInstruction{Name: "drain-" + w, Command: "/bin/sh",
+				Args: []string{"-c", in.drainScript(w)}, TimeoutSeconds: in.drainTimeout + 60, SaveOutput: true})
+		}
+		for _, w := range in.uncordon {
+			spec.Instructions = append(spec.Instructions, api.PlanInstruction{Name: "uncordon-" + w, Command: "/bin/sh",
+				Args: []string{"-c", in.uncordonScript(w)}, TimeoutSeconds: 90, SaveOutput: true})
+		}
 		spec.Probes = append(spec.Probes, api.PlanProbe{Name: api.KubeAPIServerProbe, PeriodSeconds: 1, FailureThreshold: 3,
 			// On the machine's loopback, which its serving certificate
 			// names; /readyz is open to anyone (system:public-info-viewer).
@@ -507,6 +526,33 @@ func render(in renderInput) (api.MachinePlanSpec, error) {
 	}
 	sort.Slice(spec.Files, func(i, j int) bool { return spec.Files[i].Path < spec.Files[j].Path })
 	return spec, nil
+}
+
+// drainedLine and uncordonedLine are the last line of a drain or uncordon
+// instruction's output when it did it.
+func drainedLine(w string) string    { return "drained " + w }
+func uncordonedLine(w string) string { return "uncordoned " + w }
+
+// drainScript cordons worker w and evicts its pods (DaemonSets' stay,
+// emptyDir data goes, pods without a controller go too), waiting for each
+// pod's grace period but no longer (--skip-wait-for-delete-timeout): no
+// kubelet runs on a Muster worker to confirm a pod is gone.
+func (in renderInput) drainScript(w string) string {
+	return fmt.Sprintf(`out=$(%s --kubeconfig %s drain %s --ignore-daemonsets --delete-emptydir-data --force --skip-wait-for-delete-timeout=1 --timeout=%ds 2>&1) && { echo "%s"; exit 0; }
+echo "$out" | tail -n 5
+echo "kubectl drain %s failed (above)"
+`, in.bin.path("kubectl"), path.Join(in.dir(), "admin.kubeconfig"), w, in.drainTimeout, drainedLine(w), w)
+}
+
+// uncordonScript makes worker w schedulable again.
+func (in renderInput) uncordonScript(w string) string {
+	return fmt.Sprintf(`for i in $(seq 30); do
+  out=$(%s --kubeconfig %s uncordon %s 2>&1) && { echo "%s"; exit 0; }
+  sleep 2
+done
+echo "$out" | tail -n 5
+echo "kubectl uncordon %s failed (above)"
+`, in.bin.path("kubectl"), path.Join(in.dir(), "admin.kubeconfig"), w, uncordonedLine(w), w)
 }
 
 func (in renderInput) serviceCIDR() string {

@@ -2,6 +2,7 @@ package planner
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -58,6 +59,16 @@ type rollInput struct {
 	cpConcurrency, workerConcurrency int
 	timeout                          time.Duration
 	now                              time.Time
+	// drain: workers are drained before their plan is rewritten at
+	// another version (upgradeStrategy.drainWorkers.enabled).
+	drain bool
+	// drains and uncordons are the workers the drainer's plan drains or
+	// uncordons (its annotations), whoever's plan that was; drained and
+	// uncordoned those among them whose instruction ran to the end with
+	// success; drainFailed, by worker, why its drain did not.
+	drains, uncordons   map[string]bool
+	drained, uncordoned map[string]bool
+	drainFailed         map[string]string
 }
 
 // rollout is what the planner does about versions in one pass.
@@ -68,6 +79,9 @@ type rollout struct {
 	running, failed string
 	// cond is CondUpgrade.
 	cond tier
+	// drain and uncordon are the workers the drainer's plan drains and
+	// uncordons on this pass (sorted).
+	drain, uncordon []string
 }
 
 // roll decides, after the bring-up order, which version each planned
@@ -170,6 +184,25 @@ func roll(d *decision, nodes []node, in rollInput) rollout {
 	// name, while fewer than budget are on their way and every other one
 	// is healthy. It reports whether the whole group runs target, healthy.
 	var waiting *node
+	held := "" // why waiting cannot go on by itself (a failed drain)
+	drainSet := map[string]bool{}
+	// move sets n's plan to target; a worker (with drain on) is drained
+	// first, and rewritten only once its drain ran to the end.
+	move := func(n *node) {
+		if !in.drain || isServer(n) {
+			r.versions[n.name] = target
+			return
+		}
+		switch {
+		case in.drained[n.name]:
+			r.versions[n.name] = target
+		case in.drainFailed[n.name] != "":
+			if held == "" {
+				waiting, held = n, fmt.Sprintf("draining worker %s failed, so its plan is not rewritten: %s", n.name, in.drainFailed[n.name])
+			}
+		}
+		drainSet[n.name] = true
+	}
 	step := func(group []*node, budget int) bool {
 		inflight, othersDown := 0, 0
 		for _, n := range group {
@@ -196,14 +229,14 @@ func roll(d *decision, nodes []node, in rollInput) rollout {
 		sort.SliceStable(pending, func(i, j int) bool { return !healthy(pending[i]) && healthy(pending[j]) })
 		for _, n := range pending {
 			if !healthy(n) {
-				r.versions[n.name] = target
+				move(n)
 				if waiting == nil {
 					waiting = n
 				}
 				continue
 			}
 			if inflight < budget && othersDown == 0 {
-				r.versions[n.name] = target
+				move(n)
 				inflight++
 				if waiting == nil {
 					waiting = n
@@ -226,6 +259,36 @@ func roll(d *decision, nodes []node, in rollInput) rollout {
 		off = off || cur(byName[name]) != target
 	}
 	done := step(servers, cpBudget) && step(workers, max(in.workerConcurrency, 1))
+	// A drained worker stays drained (its instruction stays on the
+	// drainer's plan) until it is healthy at the target, then it is
+	// uncordoned; the uncordon stays until it ran.
+	for _, n := range workers {
+		switch {
+		case in.drains[n.name] && cur(n) == target && healthy(n) && r.versions[n.name] == target:
+			r.uncordon = append(r.uncordon, n.name)
+		case in.drains[n.name]:
+			drainSet[n.name] = true
+		case in.uncordons[n.name] && !in.uncordoned[n.name]:
+			r.uncordon = append(r.uncordon, n.name)
+		}
+	}
+	for _, n := range workers {
+		if drainSet[n.name] {
+			r.drain = append(r.drain, n.name)
+		}
+	}
+	// Until every uncordon ran, the roll is not over.
+	for _, w := range r.uncordon {
+		if !in.uncordoned[w] {
+			done = false
+			if waiting == nil {
+				waiting = byName[w]
+			}
+		}
+	}
+	if len(r.drain) > 0 {
+		done = false
+	}
 	rolling := off || ((target != in.running || (in.reverting && r.failed != "")) && !done)
 	at := 0
 	for _, name := range names {
@@ -242,9 +305,23 @@ func roll(d *decision, nodes []node, in rollInput) rollout {
 			what, reason = in.failedWhy+". Reverting to "+target, ReasonReverting
 		}
 		msg := fmt.Sprintf("%s: %d of %d machines run %s", what, at, len(names), target)
-		if waiting != nil {
+		switch {
+		case held != "":
+			msg = fmt.Sprintf("%s: held: %s; %d of %d machines run %s", what, held, at, len(names), target)
+		case waiting != nil && slices.Contains(r.drain, waiting.name) && r.versions[waiting.name] != target:
+			msg = fmt.Sprintf("%s: waiting for worker %s to be drained (kubectl drain by a control-plane machine) before its plan is rewritten; %d of %d machines run %s",
+				what, waiting.name, at, len(names), target)
+		case waiting != nil && slices.Contains(r.uncordon, waiting.name):
+			msg = fmt.Sprintf("%s: waiting for worker %s to be uncordoned (kubectl uncordon by a control-plane machine); %d of %d machines run %s",
+				what, waiting.name, at, len(names), target)
+		case waiting != nil:
 			msg = fmt.Sprintf("%s: waiting for machine %s (its plan at %s applied, then etcd /health, kube-apiserver /readyz and version); %d of %d machines run %s",
 				what, waiting.name, target, at, len(names), target)
+			if isServer(waiting) && (len(r.drain) > 0 || len(r.uncordon) > 0) {
+				// The drainer's plan is applied again with the drain or
+				// uncordon: that is what it waits on.
+				msg += fmt.Sprintf("; the first control-plane machine's plan drains workers [%s] and uncordons [%s]", strings.Join(r.drain, " "), strings.Join(r.uncordon, " "))
+			}
 		}
 		r.cond = tier{reason: reason, message: msg}
 		if d.phase != api.KubernetesPhaseInvalid && d.phase != api.KubernetesPhaseRemovingEtcd {

@@ -74,7 +74,9 @@ func kubernetesAssets(t *testing.T, controlPlanes map[string]string) string {
 // v1.36.3, its binaries downloaded from the server's
 // --kubernetes-assets-dir pinned by their SHA-256; spec.kubernetes.version
 // v1.37.2 rolls it over one control-plane machine at a time, then the
-// worker, and every kube-apiserver then says v1.37.2. Then a broken
+// worker, drained first (a Pod bound to it evicted, its Node cordoned
+// before its plan is rewritten, uncordoned after), and every
+// kube-apiserver then says v1.37.2. Then a broken
 // version (its kube-apiserver exits at once; served and pinned by its
 // real sum) is reverted by itself: the machine that took it goes back,
 // status says v1.37.2 runs and why the other was reverted, and it is not
@@ -265,11 +267,15 @@ spec:
 		return polls, append([]string(nil), failures...)
 	}
 
+	// The worker is drained before its plan is rewritten at the new
+	// version, and uncordoned after.
+	drain := watchWorkerDrain(t, s, kc, name, from)
 	upgradeStart := time.Now()
 	s.mustKubectl("patch", "cluster", name, "--type=merge", "-p", fmt.Sprintf(`{"spec":{"kubernetes":{"version":%q}}}`, to))
 	watchStatus(upgradeStart, "the upgrade to "+to, 10*time.Minute, func(out string) bool {
 		return strings.HasPrefix(out, "Ready|"+to+"||UpToDate|")
 	})
+	drain.check(t, kc)
 	upgradeTime := time.Since(upgradeStart)
 	n, failed := pollFailures()
 	t.Logf("upgrade %s -> %s (3 etcd,controlplane one at a time, then 1 worker): %v; the API through Muster asked %d times, %d failures %v",

@@ -99,6 +99,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.ServerEndpointSpec{}.OpenAPIModelName():             schema_pkg_apis_muster_v1alpha1_ServerEndpointSpec(ref),
 		v1alpha1.ServerEndpointStatus{}.OpenAPIModelName():           schema_pkg_apis_muster_v1alpha1_ServerEndpointStatus(ref),
 		v1alpha1.Transition{}.OpenAPIModelName():                     schema_pkg_apis_muster_v1alpha1_Transition(ref),
+		v1alpha1.WorkerDrainOptions{}.OpenAPIModelName():             schema_pkg_apis_muster_v1alpha1_WorkerDrainOptions(ref),
 		v1.AWSElasticBlockStoreVolumeSource{}.OpenAPIModelName():     schema_k8sio_api_core_v1_AWSElasticBlockStoreVolumeSource(ref),
 		v1.Affinity{}.OpenAPIModelName():                             schema_k8sio_api_core_v1_Affinity(ref),
 		v1.AppArmorProfile{}.OpenAPIModelName():                      schema_k8sio_api_core_v1_AppArmorProfile(ref),
@@ -2081,9 +2082,17 @@ func schema_pkg_apis_muster_v1alpha1_KubernetesUpgradeStrategy(ref common.Refere
 							Format:      "int32",
 						},
 					},
+					"drainWorkers": {
+						SchemaProps: spec.SchemaProps{
+							Description: "DrainWorkers is whether and how long each worker is drained (cordoned, its pods evicted) before its plan is rewritten at the new version, and uncordoned once it is healthy at it (Rancher's workerDrainOptions). Unset: drained, with a 120 s timeout.",
+							Ref:         ref(v1alpha1.WorkerDrainOptions{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
+		Dependencies: []string{
+			v1alpha1.WorkerDrainOptions{}.OpenAPIModelName()},
 	}
 }
 
@@ -4297,6 +4306,33 @@ func schema_pkg_apis_muster_v1alpha1_Transition(ref common.ReferenceCallback) co
 		},
 		Dependencies: []string{
 			metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_muster_v1alpha1_WorkerDrainOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "WorkerDrainOptions is how the workers are drained during a version change: `kubectl drain NODE --ignore-daemonsets --delete-emptydir-data --force --timeout=TIMEOUTSECONDS` run by the first control-plane machine against its own kube-apiserver. A drain that fails holds the upgrade (the worker is not rewritten) and the KubernetesUpgrade condition says which worker and why.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"enabled": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Enabled: false upgrades workers without draining them. Default true.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"timeoutSeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "TimeoutSeconds bounds one drain (kubectl drain --timeout). Default 120, between 10 and 3600.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+			},
+		},
 	}
 }
 

@@ -191,7 +191,32 @@ type KubernetesUpgradeStrategy struct {
 	// Default 300.
 	// +optional
 	HealthTimeoutSeconds int32 `json:"healthTimeoutSeconds,omitempty"`
+	// DrainWorkers is whether and how long each worker is drained
+	// (cordoned, its pods evicted) before its plan is rewritten at the new
+	// version, and uncordoned once it is healthy at it (Rancher's
+	// workerDrainOptions). Unset: drained, with a 120 s timeout.
+	// +optional
+	DrainWorkers *WorkerDrainOptions `json:"drainWorkers,omitempty"`
 }
+
+// WorkerDrainOptions is how the workers are drained during a version
+// change: `kubectl drain NODE --ignore-daemonsets --delete-emptydir-data
+// --force --timeout=TIMEOUTSECONDS` run by the first control-plane
+// machine against its own kube-apiserver. A drain that fails holds the
+// upgrade (the worker is not rewritten) and the KubernetesUpgrade
+// condition says which worker and why.
+type WorkerDrainOptions struct {
+	// Enabled: false upgrades workers without draining them. Default true.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// TimeoutSeconds bounds one drain (kubectl drain --timeout). Default
+	// 120, between 10 and 3600.
+	// +optional
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+}
+
+// DefaultWorkerDrainTimeoutSeconds is drainWorkers.timeoutSeconds when unset.
+const DefaultWorkerDrainTimeoutSeconds = 120
 
 // DefaultUpgradeHealthTimeoutSeconds is upgradeStrategy.healthTimeoutSeconds
 // when unset.

@@ -380,3 +380,8 @@ func (in ServerEndpointStatus) OpenAPIModelName() string {
 func (in Transition) OpenAPIModelName() string {
 	return "io.muster.v1alpha1.Transition"
 }
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in WorkerDrainOptions) OpenAPIModelName() string {
+	return "io.muster.v1alpha1.WorkerDrainOptions"
+}

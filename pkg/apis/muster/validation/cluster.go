@@ -79,6 +79,10 @@ func validateKubernetes(k *api.ClusterKubernetes, fld *field.Path) field.ErrorLi
 		if u.HealthTimeoutSeconds != 0 && u.HealthTimeoutSeconds < 10 {
 			errs = append(errs, field.Invalid(us.Child("healthTimeoutSeconds"), u.HealthTimeoutSeconds, "a kube-apiserver takes seconds to start: give at least 10 (0 or unset: 300)"))
 		}
+		if dw := u.DrainWorkers; dw != nil && dw.TimeoutSeconds != 0 && (dw.TimeoutSeconds < 10 || dw.TimeoutSeconds > 3600) {
+			errs = append(errs, field.Invalid(us.Child("drainWorkers", "timeoutSeconds"), dw.TimeoutSeconds,
+				"a drain waits for pods' grace periods: give 10 to 3600 seconds (0 or unset: 120), or enabled: false to upgrade workers without draining"))
+		}
 	}
 	return errs
 }

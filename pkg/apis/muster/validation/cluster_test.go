@@ -73,6 +73,8 @@ func TestClusterKubernetes(t *testing.T) {
 		{"upgrade strategy", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", UpgradeStrategy: &api.KubernetesUpgradeStrategy{ControlPlaneConcurrency: 1, WorkerConcurrency: 3, HealthTimeoutSeconds: 120}}, ""},
 		{"negative worker concurrency", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", UpgradeStrategy: &api.KubernetesUpgradeStrategy{WorkerConcurrency: -1}}, `spec.kubernetes.upgradeStrategy.workerConcurrency: Invalid value: -1`},
 		{"a health timeout no kube-apiserver meets", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", UpgradeStrategy: &api.KubernetesUpgradeStrategy{HealthTimeoutSeconds: 2}}, `give at least 10`},
+		{"workers drained with a timeout", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", UpgradeStrategy: &api.KubernetesUpgradeStrategy{DrainWorkers: &api.WorkerDrainOptions{TimeoutSeconds: 60}}}, ""},
+		{"a drain timeout no eviction meets", api.ClusterKubernetes{Distribution: "kubernetes", Version: "v1.37.2", UpgradeStrategy: &api.KubernetesUpgradeStrategy{DrainWorkers: &api.WorkerDrainOptions{TimeoutSeconds: 5}}}, `spec.kubernetes.upgradeStrategy.drainWorkers.timeoutSeconds: Invalid value: 5: a drain waits for pods' grace periods: give 10 to 3600 seconds`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := tc.k
