@@ -939,7 +939,7 @@ func schema_pkg_apis_muster_v1alpha1_ClusterKubernetesStatus(ref common.Referenc
 				Properties: map[string]spec.Schema{
 					"phase": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Phase is the planner's state for the cluster (its legal moves are defined in internal/fsm): Pending (nothing planned yet), Invalid (the machines' roles cannot make a cluster: no etcd or no control-plane machine; nothing is started), BootstrappingEtcd (the first etcd member starts), JoiningEtcd (the other members are added one at a time), RemovingEtcd (a deleted machine's member leaves etcd before its host goes, one at a time), StartingControlPlane (kube-apiserver starts on the control-plane machines), JoiningWorkers (workers get their kubelet credentials), Upgrading (a version change rolls over the machines, or is being reverted) or Ready (every machine's plan is applied and healthy).",
+							Description: "Phase is the planner's state for the cluster (its legal moves are defined in internal/fsm): Pending (nothing planned yet), Invalid (the machines' roles cannot make a cluster: no etcd or no control-plane machine; nothing is started), BootstrappingEtcd (the first etcd member starts), JoiningEtcd (the other members are added one at a time), RemovingEtcd (a deleted machine's member leaves etcd before its host goes, one at a time), StartingControlPlane (kube-apiserver, then kube-controller-manager and kube-scheduler, start on one control-plane machine at a time), JoiningWorkers (workers get their kubelet credentials), Upgrading (a version change rolls over the machines, or is being reverted) or Ready (every machine's plan is applied and healthy).",
 							Type:        []string{"string"},
 							Format:      "",
 						},

@@ -249,8 +249,9 @@ type ClusterKubernetesStatus struct {
 	// control-plane machine; nothing is started), BootstrappingEtcd (the
 	// first etcd member starts), JoiningEtcd (the other members are added
 	// one at a time), RemovingEtcd (a deleted machine's member leaves etcd
-	// before its host goes, one at a time), StartingControlPlane (kube-apiserver starts on the
-	// control-plane machines), JoiningWorkers (workers get their kubelet
+	// before its host goes, one at a time), StartingControlPlane
+	// (kube-apiserver, then kube-controller-manager and kube-scheduler,
+	// start on one control-plane machine at a time), JoiningWorkers (workers get their kubelet
 	// credentials), Upgrading (a version change rolls over the machines,
 	// or is being reverted) or Ready (every machine's plan is applied and
 	// healthy).
