@@ -162,33 +162,46 @@ func agentEnv(dir, token string) []string {
 	return env
 }
 
-// running returns the agent process recorded in dir's pid file if it is
-// alive and still the agent of dir: a pid the kernel recycled for another
-// process is never signalled.
+// running returns the agent process of dir if it is alive: the one its
+// pid file records, or, without one, the one /proc shows running with
+// dir's data dir. A server killed between starting an agent and writing
+// its pid file leaves an agent that only /proc knows of; unseen, a
+// Remove would leave it running and writing its data dir back. A pid
+// the kernel recycled for another process is never taken for the agent.
 func (p Process) running(dir string) (int, bool) {
-	b, err := os.ReadFile(filepath.Join(dir, "pid"))
+	if b, err := os.ReadFile(filepath.Join(dir, "pid")); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 && isAgentOf(pid, dir) {
+			return pid, true
+		}
+	}
+	procs, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, false
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 1 {
-		return 0, false
-	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return 0, false
-	}
-	args := strings.Split(string(cmdline), "\x00")
-	for i, a := range args {
-		if a == "--data-dir" && i+1 < len(args) && args[i+1] == filepath.Join(dir, "agent") {
-			// A zombie (exited, not yet reaped) is not running.
-			if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && strings.Contains(string(stat), ") Z ") {
-				return 0, false
-			}
+	for _, e := range procs {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && pid > 1 && isAgentOf(pid, dir) {
 			return pid, true
 		}
 	}
 	return 0, false
+}
+
+// isAgentOf reports whether process pid is a live agent of dir: its
+// command line names dir's data dir, and it is not a zombie (exited, not
+// yet reaped).
+func isAgentOf(pid int, dir string) bool {
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(string(cmdline), "\x00")
+	for i, a := range args {
+		if a == "--data-dir" && i+1 < len(args) && args[i+1] == filepath.Join(dir, "agent") {
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			return err == nil && !strings.Contains(string(stat), ") Z ")
+		}
+	}
+	return false
 }
 
 // Remove stops the machine's agent and deletes its directory.

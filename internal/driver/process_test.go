@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -107,3 +108,37 @@ func TestProcessDriverRefusesPathNames(t *testing.T) {
 		}
 	}
 }
+
+// A server killed after it started an agent and before it wrote the
+// agent's pid file: the agent runs, known only to /proc. Create finds it
+// (no second agent), and Remove stops it and leaves no directory behind.
+func TestProcessDriverAgentWithoutPidFile(t *testing.T) {
+	p := Process{Dir: t.TempDir(), AgentBinary: fakeAgent(t)}
+	ctx := context.Background()
+	req := CreateRequest{Name: "m-1", Bootstrap: Bootstrap{ServerURL: "https://127.0.0.1:1", Token: "K10secret"}}
+	first, err := p.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Remove(ctx, HostRequest{Name: "m-1"}) })
+	pid, _ := strconv.Atoi(first["pid"])
+	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+	if err := os.Remove(filepath.Join(p.Dir, "m-1", "pid")); err != nil {
+		t.Fatal(err)
+	}
+	again, err := p.Create(ctx, req)
+	if err != nil || again["pid"] != first["pid"] {
+		t.Fatalf("a create after the pid file was lost started another agent: %v then %v (%v)", first, again, err)
+	}
+	_ = os.Remove(filepath.Join(p.Dir, "m-1", "pid"))
+	if err := p.Remove(ctx, HostRequest{Name: "m-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if isAgentOf(pid, filepath.Join(p.Dir, "m-1")) {
+		t.Errorf("the agent without a pid file (pid %d) runs after remove", pid)
+	}
+	if _, err := os.Stat(filepath.Join(p.Dir, "m-1")); !os.IsNotExist(err) {
+		t.Errorf("the machine's dir is left after remove: %v", err)
+	}
+}
+
