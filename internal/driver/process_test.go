@@ -141,4 +141,3 @@ func TestProcessDriverAgentWithoutPidFile(t *testing.T) {
 		t.Errorf("the machine's dir is left after remove: %v", err)
 	}
 }
-
