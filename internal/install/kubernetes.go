@@ -193,26 +193,8 @@ func (h *Handlers) serveKubernetes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if wantSum {
-		s, err := h.kubernetes.sha256(path)
-		if err != nil {
-			http.Error(w, fmt.Sprintf("reading %s %s: %v", name, version, err), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintf(w, "%s  %s\n", s, name)
+		h.serveSum(w, name, name+" "+version, func() (string, error) { return h.kubernetes.sha256(path) })
 		return
 	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	if r.Method == http.MethodHead {
-		http.ServeContent(w, r, name, fi.ModTime(), f)
-		return
-	}
-	release, refusal := h.take(r)
-	if release == nil {
-		w.Header().Set("Retry-After", fmt.Sprint(retryAfter))
-		http.Error(w, refusal, http.StatusTooManyRequests)
-		return
-	}
-	defer release()
-	h.pace.serve(w, r, name, fi.ModTime(), f)
+	h.serveBinary(w, r, name, f, fi)
 }
