@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/muster-io/muster/internal/planner"
 )
 
 // etcdMembers is etcd's own member list, asked of the member at addr with
@@ -82,34 +80,7 @@ func TestPlannerReplaceDeadEtcd(t *testing.T) {
 	s := newServer(t, host.hostIP, "", processDriver, "--kubernetes-bin-dir", bin, "--agent-silence-threshold", "20s")
 	s.start()
 	name := fmt.Sprintf("k8s-rep-%d", rand.IntN(1_000_000))
-	dir := filepath.Join(planner.BaseDir, name)
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	t.Cleanup(func() {
-		pids, _ := filepath.Glob(filepath.Join(dir, "*", "*.pid"))
-		for _, p := range pids {
-			b, _ := os.ReadFile(p)
-			var pid int
-			if _, err := fmt.Sscan(string(b), &pid); err == nil && pid > 1 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
-	killPoolAgentsAtEnd(t, s)
-	t.Cleanup(func() {
-		if t.Failed() {
-			// Its status only: its spec holds the proxy's client key.
-			out, _ := s.kubectl("get", "cluster", name, "-o", "jsonpath={.status}")
-			t.Logf("the cluster's status at the failure:\n%s", out)
-			out, _ = s.kubectl("get", "machineplans", "-o", `jsonpath={range .items[*]}{.metadata.name} {.metadata.labels} {.metadata.annotations} {.status.state} {.status.output}{"\n"}{end}`)
-			t.Logf("plans:\n%.6000s", out)
-			logs, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
-			for _, l := range logs {
-				b, _ := os.ReadFile(l)
-				t.Logf("%s:\n%s", l, lastLines(string(b), 15))
-			}
-		}
-		_, _ = s.kubectl("delete", "machinepools", "--all", "--wait=true", "--timeout=120s")
-	})
+	dir := plannerCluster(t, s, name)
 
 	cidr := fmt.Sprintf("10.214.%d.0/24", rand.IntN(256))
 	doc := fmt.Sprintf(`apiVersion: muster.io/v1alpha1

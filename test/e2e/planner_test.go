@@ -55,6 +55,46 @@ func kubernetesBinDir(t *testing.T) string {
 	return dir
 }
 
+// plannerCluster registers what a planner e2e test leaves behind, in the
+// order it must go (cleanups run last first), and returns the cluster's
+// directory on the machines. On a failure it logs the cluster's status
+// (never its spec: that holds the proxy's client key), the plans and the
+// last lines of the machines' logs; then the pools and their agents go,
+// then whatever the plans started (in the machines' namespaces, which
+// deleting the machines removes; killed by its pid files too, in case
+// they were not), and last the plans' files.
+func plannerCluster(t *testing.T, s *server, name string) string {
+	t.Helper()
+	dir := filepath.Join(planner.BaseDir, name)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		pids, _ := filepath.Glob(filepath.Join(dir, "*", "*.pid"))
+		for _, p := range pids {
+			b, _ := os.ReadFile(p)
+			var pid int
+			if _, err := fmt.Sscan(string(b), &pid); err == nil && pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	killPoolAgentsAtEnd(t, s)
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := s.kubectl("get", "cluster", name, "-o", "jsonpath={.status}")
+			t.Logf("the cluster's status at the failure:\n%s", out)
+			out, _ = s.kubectl("get", "machineplans", "-o", `jsonpath={range .items[*]}{.metadata.name} {.metadata.labels} {.metadata.annotations} {.status.state} {.status.failureCount} {.status.output}{"\n"}{end}`)
+			t.Logf("plans:\n%.6000s", out)
+			logs, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
+			for _, l := range logs {
+				b, _ := os.ReadFile(l)
+				t.Logf("%s:\n%s", l, lastLines(string(b), 15))
+			}
+		}
+		_, _ = s.kubectl("delete", "machinepools", "--all", "--wait=true", "--timeout=120s")
+	})
+	return dir
+}
+
 // TestPlannerKubernetes (issue 29): a Cluster with spec.kubernetes, a
 // pool of 3 etcd,controlplane machines and a pool of 2 workers on the
 // process driver, each machine in its own network namespace: from
@@ -76,35 +116,7 @@ func TestPlannerKubernetes(t *testing.T) {
 	s := newServer(t, host.hostIP, "", processDriver, "--kubernetes-bin-dir", bin)
 	s.start()
 	name := fmt.Sprintf("k8s-%d", rand.IntN(1_000_000))
-	dir := filepath.Join(planner.BaseDir, name)
-	// Cleanups run last first: the files go after the processes.
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	t.Cleanup(func() {
-		// What the plans started runs in the machines' namespaces, which
-		// deleting the machines removes; kill it by its pid files too,
-		// in case they were not.
-		pids, _ := filepath.Glob(filepath.Join(dir, "*", "*.pid"))
-		for _, p := range pids {
-			b, _ := os.ReadFile(p)
-			var pid int
-			if _, err := fmt.Sscan(string(b), &pid); err == nil && pid > 1 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
-	killPoolAgentsAtEnd(t, s)
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, _ := s.kubectl("get", "cluster", name, "-o", "yaml")
-			t.Logf("the cluster at the failure:\n%s", out)
-			logs, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
-			for _, l := range logs {
-				b, _ := os.ReadFile(l)
-				t.Logf("%s:\n%s", l, lastLines(string(b), 15))
-			}
-		}
-		_, _ = s.kubectl("delete", "machinepools", "--all", "--wait=true", "--timeout=120s")
-	})
+	dir := plannerCluster(t, s, name)
 
 	cidr := fmt.Sprintf("10.213.%d.0/24", rand.IntN(256))
 	doc := fmt.Sprintf(`apiVersion: muster.io/v1alpha1

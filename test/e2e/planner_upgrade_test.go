@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -97,38 +96,13 @@ func TestPlannerUpgrade(t *testing.T) {
 	s := newServer(t, host.hostIP, "", processDriver, "--kubernetes-assets-dir", assets)
 	s.start()
 	name := fmt.Sprintf("k8s-up-%d", rand.IntN(1_000_000))
-	dir := filepath.Join(planner.BaseDir, name)
+	// The versions' binaries go last, after everything that ran them.
 	t.Cleanup(func() {
-		_ = os.RemoveAll(dir)
 		for _, v := range []string{from, to, broken} {
 			_ = os.RemoveAll(filepath.Join(planner.BinDir, v))
 		}
 	})
-	t.Cleanup(func() {
-		pids, _ := filepath.Glob(filepath.Join(dir, "*", "*.pid"))
-		for _, p := range pids {
-			b, _ := os.ReadFile(p)
-			var pid int
-			if _, err := fmt.Sscan(string(b), &pid); err == nil && pid > 1 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
-	killPoolAgentsAtEnd(t, s)
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, _ := s.kubectl("get", "cluster", name, "-o", "yaml")
-			t.Logf("the cluster at the failure:\n%s", out)
-			out, _ = s.kubectl("get", "machineplans", "-o", `jsonpath={range .items[*]}{.metadata.name} {.metadata.labels.muster\.io/planner-version} {.status.state} {.status.failureCount} {range .status.output[*]}{.name}={.output} {end}{"\n"}{end}`)
-			t.Logf("plans:\n%s", out)
-			logs, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
-			for _, l := range logs {
-				b, _ := os.ReadFile(l)
-				t.Logf("%s:\n%s", l, lastLines(string(b), 10))
-			}
-		}
-		_, _ = s.kubectl("delete", "machinepools", "--all", "--wait=true", "--timeout=120s")
-	})
+	dir := plannerCluster(t, s, name)
 
 	cidr := fmt.Sprintf("10.214.%d.0/24", rand.IntN(256))
 	doc := fmt.Sprintf(`apiVersion: muster.io/v1alpha1
