@@ -437,10 +437,19 @@ spec:
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		run := 0
+		// Ten probes at least: a scale-down done within a second is
+		// judged too, by the probes that follow it.
+		stopping := stop
 		for {
-			select {
-			case <-stop:
+			if stopping == nil && polls >= 10 {
 				return
+			}
+			select {
+			case <-stopping:
+				if polls >= 10 {
+					return
+				}
+				stopping = nil
 			case <-tick.C:
 			}
 			resp, err := etcdClient.Get("https://" + addr + ":2379/health")
