@@ -51,6 +51,11 @@ func TestCARotation(t *testing.T) {
 		t.Fatalf("want %d machines before the rotation, have %v", len(names), uids)
 	}
 
+	// One agent is down across the rotation: it cannot renew, so --retire
+	// must be refused until it has. Killed before the new CA is staged:
+	// running servers take a staged CA within seconds, and an agent that
+	// saw it would renew before the test could stop it.
+	agents[2].kill()
 	out := s.muster(t, "certificate", "rotate-ca")
 	if !strings.Contains(out, "--retire") {
 		t.Errorf("rotate-ca does not say what to do next:\n%s", out)
@@ -60,9 +65,6 @@ func TestCARotation(t *testing.T) {
 	if out, err := s.musterErr("certificate", "rotate-ca"); err == nil || !strings.Contains(out, "--retire") {
 		t.Errorf("a second rotate-ca while one is under way: err %v, want a refusal naming --retire:\n%s", err, out)
 	}
-	// One agent is down across the server's restart: it cannot renew, so
-	// --retire must be refused until it has.
-	agents[2].kill()
 	s.stop()
 	s.start()
 	newCA := s.caPEM(t)
