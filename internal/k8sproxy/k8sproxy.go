@@ -1,10 +1,9 @@
 // Package k8sproxy serves a cluster's own Kubernetes API through
 // muster-server, as Rancher serves /k8s/clusters/<id>: a request to
 // /k8s/clusters/<name>/<path> goes to the kube-apiserver of one of the
-// cluster's Running control-plane machines (or, with none, of one whose
-// kube-apiserver last answered its readiness probe), over that machine's agent
-// tunnel (internal/tunnel), so the cluster's API never needs an address
-// its users can reach.
+// cluster's control-plane machines (candidates says which may serve, best
+// first), over that machine's agent tunnel (internal/tunnel), so the
+// cluster's API never needs an address its users can reach.
 //
 // Muster authenticates the user and authorizes them with its own roles
 // before the request gets here: the apiserver's chain sees the request as
@@ -189,7 +188,18 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) error {
 	if port == 0 {
 		port = api.DefaultKubernetesAPIPort
 	}
-	machine, address, err := p.pick(r, c)
+	impersonate(r, who, k.Credential.Token)
+	return p.via(w, r, c, who, rest, port, "")
+}
+
+// via proxies r to cluster c's kube-apiserver through a machine pick
+// chooses, never the one named by tried. A read that could not reach the
+// kube-apiserver of the machine chosen (it stopped between its last probe
+// and this request, as during an upgrade) is sent once more, through
+// another machine: nothing of it reached the cluster, and nothing was
+// answered yet.
+func (p *Proxy) via(w http.ResponseWriter, r *http.Request, c *api.Cluster, who user.Info, rest string, port int, tried string) error {
+	machine, address, err := p.pick(r, c, tried)
 	if err != nil {
 		return err
 	}
@@ -201,41 +211,85 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	impersonate(r, who, k.Credential.Token)
+	e := responder{p: p, cluster: c.Name, machine: machine}
+	if tried == "" && retriable(r) {
+		e.retry = func() error { return p.via(w, r, c, who, rest, port, machine) }
+	}
 	loc := &url.URL{Scheme: "https", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Path: rest, RawQuery: r.URL.RawQuery}
-	h := proxy.NewUpgradeAwareHandler(loc, tr, false, false, responder{p: p, cluster: name, machine: machine})
+	h := proxy.NewUpgradeAwareHandler(loc, tr, false, false, e)
 	h.UseLocationHost = true
 	h.ServeHTTP(w, r)
 	return nil
 }
 
-// pick chooses the control-plane machine to reach the cluster through,
-// the first by name (so connections are reused) whose tunnel this server
-// holds, else one whose tunnel another server holds (address is that
-// server's; never for a request already forwarded). Machines being
-// deleted are never chosen. Which machines may serve:
-//   - When the machines' plans report their kube-apiserver's readiness
-//     (a probe named api.KubeAPIServerProbe, as the planner's do), only
-//     those whose probe last passed: the Running ones first, then those
-//     that are not Unavailable (a machine applying a changed plan is
-//     Updating while its kube-apiserver still answers). A Running machine
-//     without that probe (a new member whose plan runs only etcd yet)
-//     has no kube-apiserver to reach.
-//   - Otherwise (a cluster whose plans say nothing of it), the Running ones.
-func (p *Proxy) pick(r *http.Request, c *api.Cluster) (machine, address string, err error) {
+// retriable reports whether r may be sent again through another machine
+// when the first could not answer it: a read without a body and without an
+// upgrade, so that sending it twice changes nothing.
+func retriable(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.ContentLength == 0 && !httpstream.IsUpgradeRequest(r)
+}
+
+// pick chooses the control-plane machine to reach the cluster through
+// (never the one named by tried): the first of candidates' first tier
+// whose tunnel this server holds, else one whose tunnel another server
+// holds (address is that server's; never for a request already
+// forwarded), then the same in the next tier.
+func (p *Proxy) pick(r *http.Request, c *api.Cluster, tried string) (machine, address string, err error) {
 	ms, err := p.Source.MachinesWithRole(r.Context(), c.Name, api.ControlPlaneRole)
 	if err != nil {
 		return "", "", err
 	}
+	ms = slices.DeleteFunc(ms, func(m api.Machine) bool { return m.Name == tried })
+	tiers, probed, states := candidates(ms, func(name string) (bool, bool) { return p.apiServerProbe(r, name) })
+	for _, tier := range tiers {
+		if machine, address, ok := p.reach(r, tier); ok {
+			return machine, address, nil
+		}
+	}
+	switch {
+	case len(ms) == 0 && tried != "":
+		return "", "", fmt.Errorf("cluster %s has no other control-plane machine: try again, or see why with kubectl describe machine %s", c.Name, tried)
+	case len(ms) == 0:
+		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s has no machine with role %s (label %s%s=true), so its API cannot be reached: give its control-plane machines that role (muster-agent --role %s)",
+			c.Name, api.ControlPlaneRole, api.RoleLabelPrefix, api.ControlPlaneRole, api.ControlPlaneRole))
+	case len(tiers) == 0 && probed:
+		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s has no control-plane machine whose %s probe last passed (%s), so its API cannot be reached: wait for one, or see why with kubectl describe machine and its MachinePlan's status.probes",
+			c.Name, api.KubeAPIServerProbe, strings.Join(states, "; ")))
+	case len(tiers) == 0:
+		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s has no Running control-plane machine (%s), so its API cannot be reached: wait for one to be Running, or see why with kubectl describe machine",
+			c.Name, strings.Join(states, "; ")))
+	}
+	return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("the agents of cluster %s's control-plane machines that could serve (%s) hold no tunnel to any server right now, so its API cannot be reached: check that muster-agent runs on them and reaches the server, then try again",
+		c.Name, strings.Join(slices.Concat(tiers...), ", ")))
+}
+
+// candidates are the machines (sorted by name, so connections are reused)
+// the cluster's API may be reached through, best tier first; probed says
+// whether any plan reports its kube-apiserver's readiness, states says
+// what each machine is. Machines being deleted are never candidates.
+//   - When the machines' plans report their kube-apiserver's readiness
+//     (a probe named api.KubeAPIServerProbe, as the planner's do): first
+//     those whose probe last passed, the Running ones before those that
+//     are not Unavailable (a machine applying a changed plan is Updating
+//     while its kube-apiserver still answers). Only when none passed, the
+//     Running ones whose probe fails: a probe that times out on a busy
+//     host, or a /readyz that fails one check, leaves a kube-apiserver
+//     that still answers reads, and trying it is better than refusing
+//     every request. A machine Updating with its probe failing is in the
+//     middle of a change and is not tried; a Running machine without the
+//     probe (a new member whose plan runs only etcd yet) has no
+//     kube-apiserver to reach.
+//   - Otherwise (a cluster whose plans say nothing of it), the Running ones.
+func candidates(ms []api.Machine, probe func(machine string) (ready, has bool)) (tiers [][]string, probed bool, states []string) {
+	ms = slices.Clone(ms)
 	slices.SortFunc(ms, func(a, b api.Machine) int { return strings.Compare(a.Name, b.Name) })
-	var running, readyRunning, readyOther, states []string
-	probed := false
+	var running, readyRunning, readyOther, failingRunning []string
 	for _, m := range ms {
 		if m.DeletionTimestamp != nil {
 			states = append(states, m.Name+" is being deleted")
 			continue
 		}
-		ready, has := p.apiServerProbe(r, m.Name)
+		ready, has := probe(m.Name)
 		probed = probed || has
 		state := fmt.Sprintf("%s is %s", m.Name, m.Status.Phase)
 		switch {
@@ -248,33 +302,30 @@ func (p *Proxy) pick(r *http.Request, c *api.Cluster) (machine, address string, 
 		switch {
 		case m.Status.Phase == api.MachinePhaseRunning:
 			running = append(running, m.Name)
-			if ready {
+			switch {
+			case ready:
 				readyRunning = append(readyRunning, m.Name)
+			case has:
+				failingRunning = append(failingRunning, m.Name)
 			}
 		case ready && m.Status.Phase != api.MachinePhaseUnavailable:
 			readyOther = append(readyOther, m.Name)
 		}
 	}
-	candidates := running
-	if probed {
-		candidates = append(readyRunning, readyOther...)
-	}
-	if machine, address, ok := p.reach(r, candidates); ok {
-		return machine, address, nil
+	add := func(tier []string) {
+		if len(tier) > 0 {
+			tiers = append(tiers, tier)
+		}
 	}
 	switch {
-	case len(ms) == 0:
-		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s has no machine with role %s (label %s%s=true), so its API cannot be reached: give its control-plane machines that role (muster-agent --role %s)",
-			c.Name, api.ControlPlaneRole, api.RoleLabelPrefix, api.ControlPlaneRole, api.ControlPlaneRole))
-	case len(candidates) == 0 && probed:
-		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s has no control-plane machine whose %s probe last passed (%s), so its API cannot be reached: wait for one, or see why with kubectl describe machine and its MachinePlan's status.probes",
-			c.Name, api.KubeAPIServerProbe, strings.Join(states, "; ")))
-	case len(candidates) == 0:
-		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s has no Running control-plane machine (%s), so its API cannot be reached: wait for one to be Running, or see why with kubectl describe machine",
-			c.Name, strings.Join(states, "; ")))
+	case !probed:
+		add(running)
+	case len(readyRunning)+len(readyOther) > 0:
+		add(slices.Concat(readyRunning, readyOther))
+	default:
+		add(failingRunning)
 	}
-	return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("the agents of cluster %s's control-plane machines that could serve (%s) hold no tunnel to any server right now, so its API cannot be reached: check that muster-agent runs on them and reaches the server, then try again",
-		c.Name, strings.Join(candidates, ", ")))
+	return tiers, probed, states
 }
 
 // reach returns the first of machines whose tunnel this server holds,
@@ -426,9 +477,18 @@ func (c *streamConn) Close() error {
 type responder struct {
 	p                *Proxy
 	cluster, machine string
+	// retry, if set, sends the request through another machine; its error
+	// is answered instead of this one's.
+	retry func() error
 }
 
 func (e responder) Error(w http.ResponseWriter, r *http.Request, err error) {
 	klog.InfoS("Cannot reach a cluster's API", "cluster", e.cluster, "machine", e.machine, "err", err)
+	if e.retry != nil && r.Context().Err() == nil {
+		if again := e.retry(); again != nil {
+			e.p.Refuse(w, r, apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s's kube-apiserver could not be reached through machine %s (%v), nor through another: %v", e.cluster, e.machine, err, again)))
+		}
+		return
+	}
 	e.p.Refuse(w, r, apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s's kube-apiserver could not be reached through machine %s: %v", e.cluster, e.machine, err)))
 }

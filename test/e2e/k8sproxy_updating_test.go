@@ -95,6 +95,12 @@ func TestClusterAPIProxyUpdating(t *testing.T) {
 		out, _ := s.kubectl("get", "machineplan", "cp-1", "-o", "jsonpath={.status.probes[0].healthy}")
 		return out == "false"
 	})
+	// No machine's probe passes, but cp-1 is Running: it is tried rather
+	// than every request refused (a probe that times out on a busy host
+	// leaves a kube-apiserver that answers).
+	if code, body := get(t, hc, readyz, nil); code != http.StatusOK || !strings.Contains(body, kubeAPIServerOnlyCheck) {
+		t.Errorf("/readyz through Muster with cp-1 Running, its kube-apiserver probe failing, and no probe passing: %d %.400s; want 200 through cp-1", code, body)
+	}
 	applyPlan(t, s, "cp-1", fmt.Sprintf(`  instructions:
   - name: wait-for-the-gate
     command: /bin/sh
@@ -108,5 +114,42 @@ func TestClusterAPIProxyUpdating(t *testing.T) {
 	})
 	if code, body := get(t, hc, readyz, nil); code != http.StatusServiceUnavailable || !strings.Contains(body, "no control-plane machine whose kube-apiserver probe last passed") || !strings.Contains(body, "cp-1 is Updating, its kube-apiserver probe failing") {
 		t.Errorf("/readyz through Muster with cp-1's kube-apiserver probe failing (cp-1 Updating, cp-0 reporting none): %d %.400s; want 503 saying no machine could serve", code, body)
+	}
+
+	// cp-0's plan now says its kube-apiserver is ready, but nothing
+	// answers on the port its agent opens (as a kube-apiserver that
+	// stopped after its last probe): chosen first by name, it fails, and
+	// a read is sent once more through another machine. With none to
+	// take it the 503 names both reasons; once cp-1 serves again the
+	// read is answered through it.
+	applyPlan(t, s, "cp-0", `  probes:
+  - name: kube-apiserver
+    periodSeconds: 1
+    exec:
+      command: /bin/true
+`)
+	waitFor(t, 30*time.Second, "cp-0's plan applied, its kube-apiserver probe passing", func() bool {
+		out, _ := s.kubectl("get", "machineplan", "cp-0", "-o", "jsonpath={.status.state} {.status.probes[0].healthy}")
+		phase, _ := s.kubectl("get", "machine", "cp-0", "-o", "jsonpath={.status.phase}")
+		return out == "succeeded true" && phase == "Running"
+	})
+	if code, body := get(t, hc, readyz, nil); code != http.StatusServiceUnavailable || !strings.Contains(body, "could not be reached through machine cp-0") || !strings.Contains(body, "nor through another") {
+		t.Errorf("/readyz through Muster with cp-0 unreachable and cp-1 Updating, its probe failing: %d %.400s; want 503 naming cp-0 and that no other machine could serve", code, body)
+	}
+	if err := os.WriteFile(ready, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(gate+"-2", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "cp-1 Running, its probe passing", func() bool {
+		out, _ := s.kubectl("get", "machineplan", "cp-1", "-o", "jsonpath={.status.state} {.status.probes[0].healthy}")
+		phase, _ := s.kubectl("get", "machine", "cp-1", "-o", "jsonpath={.status.phase}")
+		return out == "succeeded true" && phase == "Running"
+	})
+	for i := 0; i < 3; i++ {
+		if code, body := get(t, hc, readyz, nil); code != http.StatusOK || !strings.Contains(body, kubeAPIServerOnlyCheck) {
+			t.Errorf("/readyz through Muster with cp-0 unreachable (first by name, its probe passing) and cp-1 serving: %d %.400s; want 200, sent again through cp-1", code, body)
+		}
 	}
 }

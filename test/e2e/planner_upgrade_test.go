@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -200,7 +201,12 @@ spec:
 	// The cluster's API, through Muster, every 200 ms from here on.
 	kc := clusterKubeconfig(t, s.kubeconfig(), name)
 	hc, _ := httpFor(t, kc)
-	hc.Timeout = 5 * time.Second
+	// An answer is an answer however slowly it came (kubectl waits without
+	// a limit); a request routed to a kube-apiserver that is gone fails at
+	// once (its agent's dial is refused) and is counted below. On these
+	// shared machines an idle cluster's read once took over 5 s in a CI
+	// run, before the upgrade had changed anything.
+	hc.Timeout = 15 * time.Second
 	var mu sync.Mutex
 	var polls int
 	var failures []string
@@ -222,7 +228,10 @@ spec:
 			case err != nil:
 				why = err.Error()
 			case resp.StatusCode != http.StatusOK:
-				why = resp.Status
+				// The message says which machine was chosen and why it
+				// could not serve; kept short, the log holds every one.
+				body, _ := io.ReadAll(io.LimitReader(resp.Body, 600))
+				why = resp.Status + " " + string(body)
 			}
 			if err == nil {
 				resp.Body.Close()
