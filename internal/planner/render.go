@@ -449,7 +449,7 @@ func render(in renderInput) (api.MachinePlanSpec, error) {
 		file("bootstrap.yaml", in.bootstrapManifest(), 0o600)
 		file("kube-apiserver.cmd", in.apiServerCommand(), 0o600)
 		spec.Instructions = append(spec.Instructions,
-			api.PlanInstruction{Name: "kube-apiserver-version", Command: "/bin/sh", Args: []string{"-c", in.versionCheck()}, TimeoutSeconds: 30, SaveOutput: true},
+			api.PlanInstruction{Name: "kube-apiserver-version", Command: "/bin/sh", Args: []string{"-c", in.versionCheck("kube-apiserver")}, TimeoutSeconds: 30, SaveOutput: true},
 			api.PlanInstruction{Name: "kube-apiserver", Command: "/bin/sh", Args: []string{path.Join(d, "run.sh"), "kube-apiserver"}, TimeoutSeconds: 60},
 			// The version gate: the process started serves the version
 			// asked for, or the plan fails at once (a kube-apiserver that
@@ -497,6 +497,8 @@ func render(in renderInput) (api.MachinePlanSpec, error) {
 		file("kube-controller-manager.cmd", in.controllerManagerCommand(kcmPort), 0o600)
 		file("kube-scheduler.cmd", in.schedulerCommand(schedPort), 0o600)
 		spec.Instructions = append(spec.Instructions,
+			api.PlanInstruction{Name: "kube-controller-manager-version", Command: "/bin/sh", Args: []string{"-c", in.versionCheck("kube-controller-manager")}, TimeoutSeconds: 30, SaveOutput: true},
+			api.PlanInstruction{Name: "kube-scheduler-version", Command: "/bin/sh", Args: []string{"-c", in.versionCheck("kube-scheduler")}, TimeoutSeconds: 30, SaveOutput: true},
 			api.PlanInstruction{Name: "kube-controller-manager", Command: "/bin/sh", Args: []string{path.Join(d, "run.sh"), "kube-controller-manager"}, TimeoutSeconds: 60},
 			api.PlanInstruction{Name: "kube-scheduler", Command: "/bin/sh", Args: []string{path.Join(d, "run.sh"), "kube-scheduler"}, TimeoutSeconds: 60})
 		// Their serving certificates are the self-signed ones they make
@@ -890,11 +892,12 @@ exit 1`, d, in.apiPort(), in.spec.Version)
 }
 
 // versionCheck fails the plan, saying what it found, when the machine's
-// kube-apiserver is not the version the cluster asks for.
-func (in renderInput) versionCheck() string {
+// binary of component (kube-apiserver, kube-controller-manager,
+// kube-scheduler) is not the version the cluster asks for, before it runs.
+func (in renderInput) versionCheck(component string) string {
 	return fmt.Sprintf(`v=$(%[1]s --version 2>&1) || { echo "cannot run %[1]s: $v" >&2; exit 1; }
 [ "$v" = "Kubernetes %[2]s" ] || { echo "%[1]s is $v; the cluster asks for %[2]s (spec.kubernetes.version): install that version, or change the version" >&2; exit 1; }
-echo "$v"`, in.bin.path("kube-apiserver"), in.spec.Version)
+echo "$v"`, in.bin.path(component), in.spec.Version)
 }
 
 // bootstrapManifest is what the first control-plane machine up makes in

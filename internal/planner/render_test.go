@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -169,8 +170,13 @@ func TestRenderControllers(t *testing.T) {
 		for _, i := range spec.Instructions {
 			started = append(started, i.Name)
 		}
-		if got := strings.Join(started, ","); !strings.HasSuffix(got, "kube-apiserver,kube-apiserver-serves-version,bootstrap-objects,kube-controller-manager,kube-scheduler") {
-			t.Errorf("instructions %s; want kube-controller-manager and kube-scheduler started after kube-apiserver", got)
+		if got := strings.Join(started, ","); !strings.HasSuffix(got, "kube-apiserver,kube-apiserver-serves-version,bootstrap-objects,kube-controller-manager-version,kube-scheduler-version,kube-controller-manager,kube-scheduler") {
+			t.Errorf("instructions %s; want kube-controller-manager and kube-scheduler started after kube-apiserver, each after its version is checked", got)
+		}
+		for _, i := range spec.Instructions {
+			if c, ok := strings.CutSuffix(i.Name, "-version"); ok && slices.Contains([]string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}, c) && (!strings.Contains(i.Args[1], "/opt/k8s/"+c+" --version") || !strings.Contains(i.Args[1], `"Kubernetes v1.37.2"`)) {
+				t.Errorf("instruction %s does not check /opt/k8s/%s says v1.37.2:\n%s", i.Name, c, i.Args[1])
+			}
 		}
 	}
 }
