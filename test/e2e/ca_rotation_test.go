@@ -16,10 +16,11 @@ import (
 )
 
 // TestCARotation: 'muster-server certificate rotate-ca' replaces the
-// cluster CA under three running agents without any of them joining
-// again. After the rotation is staged and the server restarted, each agent
-// picks up the CA bundle and renews its certificate under the new CA, the
-// same Machine throughout; a join token made before the rotation is
+// cluster CA under three agents without any of them joining again. After
+// the rotation is staged and the server restarted, each agent picks up the
+// CA bundle and renews its certificate under the new CA, the same Machine
+// throughout; one that was down meanwhile holds --retire back until it is
+// back and has renewed; a join token made before the rotation is
 // refused with words that say to make a new one; once the old CA is
 // retired, a kubeconfig that trusts only the old CA cannot reach the
 // server, a certificate of the old CA is refused, and a new agent joins

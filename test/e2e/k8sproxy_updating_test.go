@@ -53,6 +53,13 @@ func TestClusterAPIProxyUpdating(t *testing.T) {
       command: /usr/bin/test
       args: ["-f", %q]
 `, ready)
+	// planState is a machine's plan's state, its first probe's health
+	// and the machine's phase: "succeeded true Running".
+	planState := func(machine string) string {
+		plan, _ := s.kubectl("get", "machineplan", machine, "-o", "jsonpath={.status.state} {.status.probes[0].healthy}")
+		phase, _ := s.kubectl("get", "machine", machine, "-o", "jsonpath={.status.phase}")
+		return plan + " " + phase
+	}
 	applyPlan(t, s, "cp-1", probe)
 	waitFor(t, 30*time.Second, "the plan applied with its kube-apiserver probe passing", func() bool {
 		out, _ := s.kubectl("get", "machineplan", "cp-1", "-o", "jsonpath={.status.state} {.status.probes[0].healthy}")
@@ -107,11 +114,7 @@ func TestClusterAPIProxyUpdating(t *testing.T) {
     args: ["-c", "while [ ! -f %s ]; do sleep 0.2; done"]
     timeoutSeconds: 120
 %s`, gate+"-2", probe))
-	waitFor(t, 30*time.Second, "the next plan in progress, the probe failing", func() bool {
-		plan, _ := s.kubectl("get", "machineplan", "cp-1", "-o", "jsonpath={.status.state} {.status.probes[0].healthy}")
-		phase, _ := s.kubectl("get", "machine", "cp-1", "-o", "jsonpath={.status.phase}")
-		return plan == "in-progress false" && phase == "Updating"
-	})
+	waitFor(t, 30*time.Second, "the next plan in progress, the probe failing", func() bool { return planState("cp-1") == "in-progress false Updating" })
 	if code, body := get(t, hc, readyz, nil); code != http.StatusServiceUnavailable || !strings.Contains(body, "no control-plane machine whose kube-apiserver probe last passed") || !strings.Contains(body, "cp-1 is Updating, its kube-apiserver probe failing") {
 		t.Errorf("/readyz through Muster with cp-1's kube-apiserver probe failing (cp-1 Updating, cp-0 reporting none): %d %.400s; want 503 saying no machine could serve", code, body)
 	}
@@ -128,11 +131,7 @@ func TestClusterAPIProxyUpdating(t *testing.T) {
     exec:
       command: /bin/true
 `)
-	waitFor(t, 30*time.Second, "cp-0's plan applied, its kube-apiserver probe passing", func() bool {
-		out, _ := s.kubectl("get", "machineplan", "cp-0", "-o", "jsonpath={.status.state} {.status.probes[0].healthy}")
-		phase, _ := s.kubectl("get", "machine", "cp-0", "-o", "jsonpath={.status.phase}")
-		return out == "succeeded true" && phase == "Running"
-	})
+	waitFor(t, 30*time.Second, "cp-0's plan applied, its kube-apiserver probe passing", func() bool { return planState("cp-0") == "succeeded true Running" })
 	if code, body := get(t, hc, readyz, nil); code != http.StatusServiceUnavailable || !strings.Contains(body, "could not be reached through machine cp-0") || !strings.Contains(body, "nor through another") {
 		t.Errorf("/readyz through Muster with cp-0 unreachable and cp-1 Updating, its probe failing: %d %.400s; want 503 naming cp-0 and that no other machine could serve", code, body)
 	}
@@ -142,11 +141,7 @@ func TestClusterAPIProxyUpdating(t *testing.T) {
 	if err := os.WriteFile(gate+"-2", nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, "cp-1 Running, its probe passing", func() bool {
-		out, _ := s.kubectl("get", "machineplan", "cp-1", "-o", "jsonpath={.status.state} {.status.probes[0].healthy}")
-		phase, _ := s.kubectl("get", "machine", "cp-1", "-o", "jsonpath={.status.phase}")
-		return out == "succeeded true" && phase == "Running"
-	})
+	waitFor(t, 60*time.Second, "cp-1 Running, its probe passing", func() bool { return planState("cp-1") == "succeeded true Running" })
 	for i := 0; i < 3; i++ {
 		if code, body := get(t, hc, readyz, nil); code != http.StatusOK || !strings.Contains(body, kubeAPIServerOnlyCheck) {
 			t.Errorf("/readyz through Muster with cp-0 unreachable (first by name, its probe passing) and cp-1 serving: %d %.400s; want 200, sent again through cp-1", code, body)
