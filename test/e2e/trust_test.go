@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/muster-io/muster/internal/pki"
 	api "github.com/muster-io/muster/pkg/apis/muster/v1alpha1"
@@ -303,15 +304,20 @@ func TestTrustFindings(t *testing.T) {
 		if after := owners(); after != before {
 			t.Errorf("the agent's status patch changed the main resource's managed fields: %q → %q", before, after)
 		}
-		m, err := agentMachines.Get(ctx, "managed", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// A forged record: the agent claims the operator's fields.
-		m.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "agent", Operation: metav1.ManagedFieldsOperationApply,
-			APIVersion: "muster.io/v1alpha1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:team":{}}}}`)}}}
-		m.Status.AgentVersion = "v3"
-		if _, err := agentMachines.UpdateStatus(ctx, m, metav1.UpdateOptions{}); err != nil {
+		// The lifecycle controller writes the machine's status too: an
+		// update that lost that race is made again on the newer object.
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			m, err := agentMachines.Get(ctx, "managed", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			// A forged record: the agent claims the operator's fields.
+			m.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "agent", Operation: metav1.ManagedFieldsOperationApply,
+				APIVersion: "muster.io/v1alpha1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:team":{}}}}`)}}}
+			m.Status.AgentVersion = "v3"
+			_, err = agentMachines.UpdateStatus(ctx, m, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
 			t.Fatalf("the agent's status update: %v", err)
 		}
 		if after := owners(); after != before {
