@@ -125,28 +125,36 @@ func run(t testing.TB, ctx context.Context, what string, timeout time.Duration, 
 // server asks for (optional) client certificates, as muster's port does for
 // kubectl and agents; the script then fails with ERR_CONNECTION_CLOSED. A
 // user reloads; the test reloads and says so. Locally 4 of 12 fresh
-// browsers needed one reload; a CI run saw three loads in a row fail, so
-// it tries five times, leaving the page (about:blank) in between.
+// browsers needed one reload; CI runs saw three loads in a row fail, and a
+// reload whose page was replaced while it was read ("Cannot find context
+// with specified id"), so a load that fails either way is tried again, five
+// times in all.
 func open(t *testing.T, ctx context.Context, url string) {
 	t.Helper()
 	const tries = 5
-	for attempt := 1; ; attempt++ {
-		if attempt > 1 {
-			run(t, ctx, "leaving the page", 10*time.Second, chromedp.Navigate("about:blank"))
-		}
-		run(t, ctx, "loading "+url, 30*time.Second, chromedp.Navigate(url),
+	why := ""
+	for attempt := 1; attempt <= tries; attempt++ {
+		c, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := chromedp.Do(c, chromedp.Navigate(url),
 			chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 				_, err := chromedp.Poll[bool](`document.readyState === 'complete'`)(ctx, tg)
 				return err
 			}))
-		if eval[bool](t, ctx, `window.musterConsoleLoaded === true`) {
+		loaded := false
+		if err == nil {
+			loaded, err = chromedp.Run(c, chromedp.Evaluate[bool](`window.musterConsoleLoaded === true`))
+		}
+		cancel()
+		if err == nil && loaded {
 			return
 		}
-		if attempt == tries {
-			t.Fatalf("app.js did not load at %s after %d tries", url, tries)
+		why = "app.js did not load (chromium dropped a connection)"
+		if err != nil {
+			why = err.Error()
 		}
-		t.Logf("app.js did not load (chromium dropped a connection); reloading %s", url)
+		t.Logf("loading %s (try %d of %d): %s; reloading", url, attempt, tries, why)
 	}
+	t.Fatalf("loading %s: %s, %d times in a row", url, why, tries)
 }
 
 func signIn(t *testing.T, ctx context.Context, s *server, token string) {
