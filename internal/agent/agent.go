@@ -545,6 +545,10 @@ func (a *agent) renewWhenDue(ctx context.Context) {
 		return
 	}
 	retry := time.Second
+	// pending is set once a renewal is due (or the CA bundle changed): a
+	// failed one is tried again after its wait, not after the next change
+	// of the bundle, which was stored already and will not change again.
+	pending := false
 	for {
 		cert, err := a.certificate()
 		if err == nil {
@@ -565,9 +569,10 @@ func (a *agent) renewWhenDue(ctx context.Context) {
 			stored = fi.ModTime()
 		}
 		due := stored.Add(cert.NotAfter.Sub(stored) * 2 / 3)
-		if !a.waitForRenewal(ctx, due) {
+		if !pending && !a.waitForRenewal(ctx, due) {
 			return
 		}
+		pending = true
 		c, err := a.client()
 		if err == nil {
 			var granted *api.ClusterRegistration
