@@ -278,3 +278,65 @@ func TestLostBeatIsJitteredOrTheServers(t *testing.T) {
 		})
 	}
 }
+
+// TestRenewalAfterCARotationIsRetried: the CA bundle changed, the agent
+// stored it and asked for a certificate, and that request failed (a CI
+// run: the load balancer switched servers mid-request). It must be asked
+// again after its wait, not only once the bundle changes again, which it
+// never will.
+func TestRenewalAfterCARotationIsRetried(t *testing.T) {
+	dir := t.TempDir()
+	other, err := pki.NewCA("the-new-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, _, err := other.IssueClient("muster:machine:m1", nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := registration(api.RegistrationPhaseGranted)
+	granted.Status.Certificate = certPEM
+	f := newFakeServer(t, dir, map[string][]answer{
+		"POST " + regsPath: {status(422, metav1.StatusReasonInvalid, "lost on the way"), {code: 201, body: granted}},
+	})
+	held, err := os.ReadFile(filepath.Join(dir, caFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotated := append(append([]byte{}, held...), other.CertPEM...)
+	f.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/cacerts" {
+			_, _ = w.Write(rotated)
+			return
+		}
+		f.serve(w, r)
+	})
+	var out strings.Builder
+	var mu sync.Mutex
+	a := &agent{cfg: Config{Server: f.URL, Out: lockedWriter{&mu, &out}, NodeName: "m1", CACheckInterval: 100 * time.Millisecond}, dir: dataDir(dir), gone: make(chan error, 1)}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a.renewWhenDue(ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	if ctx.Err() != nil || !strings.Contains(out.String(), "renewed the certificate") {
+		t.Errorf("the renewal was not asked again after it failed (a rotation's renewal waits for the next change of the bundle):\n%s", out.String())
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.creates != 2 {
+		t.Errorf("%d renewals sent; want 2 (the one lost, the one granted)", f.creates)
+	}
+}
+
+// lockedWriter is an io.Writer safe for the agent's goroutines.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
