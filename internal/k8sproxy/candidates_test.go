@@ -21,7 +21,7 @@ func TestCandidates(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		machines []m
-		want     string // the tiers, "|" between them
+		want     string // the candidates, best first
 		probed   bool
 	}{
 		{"plans without the probe: the Running ones",
@@ -51,13 +51,10 @@ func TestCandidates(t *testing.T) {
 				ms = append(ms, mm)
 				probes[x.name] = x.probe
 			}
-			tiers, probed, states := candidates(ms, func(name string) (bool, bool) { return probes[name] == "pass", probes[name] != "" })
-			var got []string
-			for _, tier := range tiers {
-				got = append(got, strings.Join(tier, ","))
-			}
-			if strings.Join(got, "|") != tc.want || probed != tc.probed {
-				t.Errorf("candidates: %q probed %v; want %q probed %v (states %v)", strings.Join(got, "|"), probed, tc.want, tc.probed, states)
+			cands, probed, states := candidates(ms, func(name string) (bool, bool) { return probes[name] == "pass", probes[name] != "" })
+			got := strings.Join(cands, ",")
+			if got != tc.want || probed != tc.probed {
+				t.Errorf("candidates: %q probed %v; want %q probed %v (states %v)", got, probed, tc.want, tc.probed, states)
 			}
 			if len(states) != len(tc.machines) {
 				t.Errorf("states %v: want one per machine", states)

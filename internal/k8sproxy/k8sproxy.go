@@ -230,21 +230,18 @@ func retriable(r *http.Request) bool {
 }
 
 // pick chooses the control-plane machine to reach the cluster through
-// (never the one named by tried): the first of candidates' first tier
-// whose tunnel this server holds, else one whose tunnel another server
-// holds (address is that server's; never for a request already
-// forwarded), then the same in the next tier.
+// (never the one named by tried): the first of candidates whose tunnel
+// this server holds, else one whose tunnel another server holds (address
+// is that server's; never for a request already forwarded).
 func (p *Proxy) pick(r *http.Request, c *api.Cluster, tried string) (machine, address string, err error) {
 	ms, err := p.Source.MachinesWithRole(r.Context(), c.Name, api.ControlPlaneRole)
 	if err != nil {
 		return "", "", err
 	}
 	ms = slices.DeleteFunc(ms, func(m api.Machine) bool { return m.Name == tried })
-	tiers, probed, states := candidates(ms, func(name string) (bool, bool) { return p.apiServerProbe(r, name) })
-	for _, tier := range tiers {
-		if machine, address, ok := p.reach(r, tier); ok {
-			return machine, address, nil
-		}
+	cands, probed, states := candidates(ms, func(name string) (bool, bool) { return p.apiServerProbe(r, name) })
+	if machine, address, ok := p.reach(r, cands); ok {
+		return machine, address, nil
 	}
 	switch {
 	case len(ms) == 0 && tried != "":
@@ -252,19 +249,19 @@ func (p *Proxy) pick(r *http.Request, c *api.Cluster, tried string) (machine, ad
 	case len(ms) == 0:
 		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s has no machine with role %s (label %s%s=true), so its API cannot be reached: give its control-plane machines that role (muster-agent --role %s)",
 			c.Name, api.ControlPlaneRole, api.RoleLabelPrefix, api.ControlPlaneRole, api.ControlPlaneRole))
-	case len(tiers) == 0 && probed:
+	case len(cands) == 0 && probed:
 		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s has no control-plane machine whose %s probe last passed (%s), so its API cannot be reached: wait for one, or see why with kubectl describe machine and its MachinePlan's status.probes",
 			c.Name, api.KubeAPIServerProbe, strings.Join(states, "; ")))
-	case len(tiers) == 0:
+	case len(cands) == 0:
 		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("cluster %s has no Running control-plane machine (%s), so its API cannot be reached: wait for one to be Running, or see why with kubectl describe machine",
 			c.Name, strings.Join(states, "; ")))
 	}
 	return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("the agents of cluster %s's control-plane machines that could serve (%s) hold no tunnel to any server right now, so its API cannot be reached: check that muster-agent runs on them and reaches the server, then try again",
-		c.Name, strings.Join(slices.Concat(tiers...), ", ")))
+		c.Name, strings.Join(cands, ", ")))
 }
 
 // candidates are the machines (sorted by name, so connections are reused)
-// the cluster's API may be reached through, best tier first; probed says
+// the cluster's API may be reached through, best first; probed says
 // whether any plan reports its kube-apiserver's readiness, states says
 // what each machine is. Machines being deleted are never candidates.
 //   - When the machines' plans report their kube-apiserver's readiness
@@ -280,7 +277,7 @@ func (p *Proxy) pick(r *http.Request, c *api.Cluster, tried string) (machine, ad
 //     probe (a new member whose plan runs only etcd yet) has no
 //     kube-apiserver to reach.
 //   - Otherwise (a cluster whose plans say nothing of it), the Running ones.
-func candidates(ms []api.Machine, probe func(machine string) (ready, has bool)) (tiers [][]string, probed bool, states []string) {
+func candidates(ms []api.Machine, probe func(machine string) (ready, has bool)) (cands []string, probed bool, states []string) {
 	ms = slices.Clone(ms)
 	slices.SortFunc(ms, func(a, b api.Machine) int { return strings.Compare(a.Name, b.Name) })
 	var running, readyRunning, readyOther, failingRunning []string
@@ -312,20 +309,13 @@ func candidates(ms []api.Machine, probe func(machine string) (ready, has bool)) 
 			readyOther = append(readyOther, m.Name)
 		}
 	}
-	add := func(tier []string) {
-		if len(tier) > 0 {
-			tiers = append(tiers, tier)
-		}
-	}
 	switch {
 	case !probed:
-		add(running)
+		return running, probed, states
 	case len(readyRunning)+len(readyOther) > 0:
-		add(slices.Concat(readyRunning, readyOther))
-	default:
-		add(failingRunning)
+		return slices.Concat(readyRunning, readyOther), probed, states
 	}
-	return tiers, probed, states
+	return failingRunning, probed, states
 }
 
 // reach returns the first of machines whose tunnel this server holds,
