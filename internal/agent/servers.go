@@ -72,7 +72,7 @@ func (a *agent) startLoadBalancer(ctx context.Context) error {
 			check := &http.Client{Transport: transport}
 			resp, err := check.Do(req)
 			if err != nil {
-				return err
+				return a.dialer().Explain(address, err)
 			}
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {

@@ -200,7 +200,34 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	if p == nil {
 		return d.direct.DialContext(ctx, network, address)
 	}
-	return d.connect(ctx, p, address)
+	conn, err := d.connect(ctx, p, address)
+	if err != nil {
+		return nil, &proxyError{err}
+	}
+	return conn, nil
+}
+
+// proxyError is a failure of the proxy itself (reaching it, CONNECT):
+// its message already names the proxy.
+type proxyError struct{ err error }
+
+func (e *proxyError) Error() string { return e.err.Error() }
+func (e *proxyError) Unwrap() error { return e.err }
+
+// Explain names the proxy in err, a failure talking to address, when the
+// connection went through one. A proxy that dies with the connection open
+// shows only as a reset or an EOF to whoever reads it, which alone would
+// send the operator to look at the server.
+func (d *Dialer) Explain(address string, err error) error {
+	var pe *proxyError
+	if err == nil || errors.As(err, &pe) {
+		return err
+	}
+	p, perr := d.ProxyFor(address)
+	if perr != nil || p == nil {
+		return err
+	}
+	return fmt.Errorf("%w (through the proxy %s (%s): check that it runs)", err, Redact(p.String()), d.source())
 }
 
 // connect opens a tunnel to address through the proxy p with CONNECT.

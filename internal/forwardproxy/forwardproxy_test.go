@@ -3,6 +3,7 @@ package forwardproxy
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -156,5 +157,64 @@ func TestConnectRefused(t *testing.T) {
 	_, err = d.DialContext(ctx, "tcp", "10.0.0.1:9443")
 	if err == nil || !strings.Contains(err.Error(), "cannot reach the proxy http://"+l.Addr().String()) {
 		t.Errorf("a proxy that is down: %v", err)
+	}
+}
+
+// TestExplain: a failure on a connection made through the proxy names the
+// proxy (never its password) once; a direct one is left as it is.
+func TestExplain(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyAddr := l.Addr().String()
+	l.Close() // a proxy that is down: dials through it are refused
+	t.Setenv("HTTPS_PROXY", "http://alice:s3cret@"+proxyAddr)
+	t.Setenv("https_proxy", "")
+	t.Setenv("NO_PROXY", "10.0.0.2")
+	t.Setenv("no_proxy", "")
+	d, err := FromEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, refused := d.DialContext(ctx, "tcp", "10.0.0.1:9443")
+	if refused == nil {
+		t.Fatal("a dial through a proxy that is down succeeded")
+	}
+	named := "the proxy http://" + proxyAddr + " (HTTPS_PROXY)"
+	for _, tc := range []struct {
+		name    string
+		address string
+		err     error
+		want    string // the error's whole message
+	}{
+		{"nothing failed", "10.0.0.1:9443", nil, ""},
+		{"EOF through the proxy", "10.0.0.1:9443", io.EOF, "EOF (through " + named + ": check that it runs)"},
+		{"EOF on a direct connection", "10.0.0.2:9443", io.EOF, "EOF"},
+		{"the proxy's own error is not named twice", "10.0.0.1:9443", refused, refused.Error()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := d.Explain(tc.address, tc.err)
+			if tc.err == nil {
+				if got != nil {
+					t.Fatalf("Explain(nil) = %v", got)
+				}
+				return
+			}
+			if got.Error() != tc.want {
+				t.Errorf("Explain = %q, want %q", got, tc.want)
+			}
+			if !errors.Is(got, tc.err) {
+				t.Errorf("Explain(%v) no longer wraps it", tc.err)
+			}
+			if strings.Count(got.Error(), "http://"+proxyAddr) > 1 || strings.Contains(got.Error(), "s3cret") {
+				t.Errorf("Explain = %q: the proxy named more than once, or its password", got)
+			}
+		})
+	}
+	if !strings.Contains(refused.Error(), named) {
+		t.Errorf("a refused dial through the proxy does not name it: %v", refused)
 	}
 }

@@ -222,8 +222,9 @@ func TestProxyOnlyRoute(t *testing.T) {
 	// The proxy goes down: the agent names it and why, and keeps trying.
 	proxy.stop()
 	downAt := time.Now()
-	// Killed mid-CONNECT the first failure is a reset, later ones a
-	// refused dial; either way the line names the proxy and the variable.
+	// Killed with a health check's connection open the first failure is
+	// an EOF or a reset, later ones a refused dial; whichever comes first,
+	// the line names the proxy and the variable (forwardproxy.Explain).
 	named := regexp.MustCompile(`load balancer: server \S+ does not answer: .*the proxy ` + regexp.QuoteMeta("http://"+proxy.listen+" (HTTPS_PROXY)"))
 	waitFor(t, 30*time.Second, "the agent to say the proxy is down", func() bool { return named.MatchString(agent.log.String()) })
 	waitFor(t, 30*time.Second, "the agent to notice it lost the server", func() bool { return strings.Contains(agent.log.String(), "lost the server") })
