@@ -61,7 +61,7 @@ func serveKine(ctx context.Context, k kine) (string, error) {
 	if err := backend.Start(ctx); err != nil {
 		return "", fmt.Errorf("starting kine: %w", err)
 	}
-	server.New(backend, "unix", kineNotifyInterval, kineEmulatedVersion).Register(k.grpc)
+	server.New(followPolls(ctx, backend), "unix", kineNotifyInterval, kineEmulatedVersion).Register(k.grpc)
 
 	if err := os.Remove(k.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return "", fmt.Errorf("removing the stale kine socket %s: %w; remove it by hand", k.socket, err)
