@@ -189,11 +189,12 @@ func (s *server) waitReady(timeout time.Duration) error {
 			return fmt.Errorf("muster-server exited: %v", s.cmd.ProcessState)
 		default:
 		}
-		code, _, err := s.get("/readyz")
+		code, body, err := s.get("/readyz")
 		if err == nil && code == http.StatusOK {
 			return nil
 		}
-		last = fmt.Errorf("readyz: %d %v", code, err)
+		// A failing /readyz lists its checks: keep them, so a failure says which one.
+		last = fmt.Errorf("readyz: %d %v\n%s", code, err, body)
 		time.Sleep(200 * time.Millisecond)
 	}
 	return last
