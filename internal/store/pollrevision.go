@@ -59,30 +59,19 @@ func (p *polledRevision) CurrentRevision(ctx context.Context) (int64, error) {
 func (p *polledRevision) follow(ctx context.Context) {
 	for ctx.Err() == nil {
 		wr := p.Backend.Watch(ctx, 0)
-		first := true
+		// The first batch is the watch's starting point, kine's in-memory
+		// revision: not a delivery.
+		<-wr.Eventc
 		for batch := range wr.Eventc {
-			// The first batch is the watch's starting point, kine's
-			// in-memory revision: not a delivery.
-			if first {
-				first = false
-				continue
+			// Only this goroutine writes; a new subscription never
+			// starts below the last one's batches.
+			if batch.CurrentRev > p.delivered.Load() {
+				p.delivered.Store(batch.CurrentRev)
 			}
-			p.advance(batch.CurrentRev)
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// advance raises delivered to rev; batches arrive in order, but a
-// resubscription may briefly overlap the one before.
-func (p *polledRevision) advance(rev int64) {
-	for {
-		cur := p.delivered.Load()
-		if rev <= cur || p.delivered.CompareAndSwap(cur, rev) {
-			return
 		}
 	}
 }
