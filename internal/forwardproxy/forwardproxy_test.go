@@ -125,15 +125,7 @@ func TestConnectRefused(t *testing.T) {
 			c.Close()
 		}
 	}()
-	proxyURL := "http://alice:s3cret@" + l.Addr().String()
-	t.Setenv("HTTPS_PROXY", proxyURL)
-	t.Setenv("NO_PROXY", "")
-	t.Setenv("no_proxy", "")
-	t.Setenv("https_proxy", "")
-	d, err := FromEnvironment()
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := dialerFor(t, "http://alice:s3cret@"+l.Addr().String(), "")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err = d.DialContext(ctx, "tcp", "10.0.0.1:9443")
@@ -169,14 +161,7 @@ func TestExplain(t *testing.T) {
 	}
 	proxyAddr := l.Addr().String()
 	l.Close() // a proxy that is down: dials through it are refused
-	t.Setenv("HTTPS_PROXY", "http://alice:s3cret@"+proxyAddr)
-	t.Setenv("https_proxy", "")
-	t.Setenv("NO_PROXY", "10.0.0.2")
-	t.Setenv("no_proxy", "")
-	d, err := FromEnvironment()
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := dialerFor(t, "http://alice:s3cret@"+proxyAddr, "10.0.0.2")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, refused := d.DialContext(ctx, "tcp", "10.0.0.1:9443")
@@ -217,4 +202,19 @@ func TestExplain(t *testing.T) {
 	if !strings.Contains(refused.Error(), named) {
 		t.Errorf("a refused dial through the proxy does not name it: %v", refused)
 	}
+}
+
+// dialerFor is the Dialer of an environment where HTTPS_PROXY is proxyURL
+// and NO_PROXY is noProxy, whatever the test's own environment says.
+func dialerFor(t *testing.T, proxyURL, noProxy string) *Dialer {
+	t.Helper()
+	t.Setenv("HTTPS_PROXY", proxyURL)
+	t.Setenv("https_proxy", "")
+	t.Setenv("NO_PROXY", noProxy)
+	t.Setenv("no_proxy", "")
+	d, err := FromEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
